@@ -1,0 +1,39 @@
+# Everything a fresh machine needs goes through these targets; see README.md.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv serve site test bench release clean distclean
+
+# The venv is (re)built whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; run: make PYTHON=/path/to/python3.11 ...")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+serve: $(STAMP)          ## build the site and serve it on http://127.0.0.1:8000 (rebuilds on edit)
+	$(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
+
+site: $(STAMP)           ## static build into site/
+	$(PY) -m mkdocs build --strict
+
+test: $(STAMP)           ## the whole suite
+	$(PY) -m pytest
+
+bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
+	$(PY) -m reference_impl.bench allreduce
+
+release: $(STAMP)        ## learner notebooks (no solutions, no hidden tests) into exercises/release/
+	$(PY) -m grader release
+
+clean:                   ## build outputs (keeps the venv)
+	rm -rf site exercises/release grader-feedback .pytest_cache
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean         ## also the venv
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,19 @@
+"""``python -m reference_impl.bench NAME [options]``: run one benchmark (``--help`` per benchmark)."""
+from __future__ import annotations
+
+import sys
+
+from . import allreduce
+
+BENCHMARKS = {"allreduce": allreduce.main}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHMARKS:
+        print(f"usage: python -m reference_impl.bench {{{','.join(BENCHMARKS)}}} [options]", file=sys.stderr)
+        return 2
+    return BENCHMARKS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

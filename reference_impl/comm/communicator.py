@@ -1,0 +1,238 @@
+"""Point-to-point messaging between ranks: the only thing collectives are built on.
+
+A ``Communicator`` is MPI's view of a job: ``size`` ranks, each knowing its own ``rank``,
+exchanging arrays with blocking, buffer-based calls (the receiver supplies an array of
+the right shape and dtype, and the message is written into it). Two implementations:
+
+* ``ThreadCommunicator``: ``size`` ranks as threads of one process (``run_threads``);
+  fast to start, easy to debug, used by unit tests and the exercises.
+* ``MPICommunicator`` (in ``mpi.py``): real processes under ``mpiexec``.
+
+``CountingCommunicator`` wraps either and counts what each rank sends, which is how the
+tests check an algorithm's traffic (ring allreduce: 2(n-1)/n of the data per rank).
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from abc import ABC, abstractmethod
+from typing import Any, Callable
+
+from ..backend import namespace_of
+
+
+class CommError(RuntimeError):
+    """A communication failed: a peer died, a receive timed out, or a message did not fit."""
+
+
+class Communicator(ABC):
+    """Blocking point-to-point messaging among ``size`` ranks (MPI semantics)."""
+
+    rank: int
+    size: int
+
+    @abstractmethod
+    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Send array ``buf`` to rank ``dest``; ``buf`` may be reused as soon as this returns."""
+
+    @abstractmethod
+    def recv(self, buf: Any, source: int, tag: int = 0) -> None:
+        """Receive the next message from ``source`` with ``tag`` into array ``buf`` (same shape)."""
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
+        """Send to ``dest`` and receive from ``source`` at once: the step of every ring algorithm."""
+        self.send(sendbuf, dest, tag)
+        self.recv(recvbuf, source, tag)
+
+    @abstractmethod
+    def barrier(self) -> None:
+        """Return only when every rank has entered the barrier."""
+
+    def _check_peer(self, peer: int, role: str) -> None:
+        if not 0 <= peer < self.size:
+            raise ValueError(f"rank {self.rank}: {role} rank {peer} is outside 0..{self.size - 1}")
+
+
+# --------------------------------------------------------------------------- threads
+
+
+class _ThreadWorld:
+    """State shared by the ranks of one ``run_threads`` job: mailboxes, a barrier, an abort flag."""
+
+    def __init__(self, size: int, timeout: float):
+        self.size = size
+        self.timeout = timeout
+        self.cond = threading.Condition()
+        # mailbox[(source, dest)] holds (tag, array) in send order: MPI's non-overtaking rule.
+        self.mailbox: dict[tuple[int, int], collections.deque] = collections.defaultdict(
+            collections.deque
+        )
+        self.barrier = threading.Barrier(size)
+        self.failed_rank: int | None = None
+
+    def abort(self, rank: int) -> None:
+        """Wake every waiting rank so that one rank's failure ends the job instead of hanging it."""
+        with self.cond:
+            if self.failed_rank is None:
+                self.failed_rank = rank
+            self.cond.notify_all()
+        self.barrier.abort()
+
+
+class ThreadCommunicator(Communicator):
+    """One rank of a job whose ranks are threads of this process (see ``run_threads``)."""
+
+    def __init__(self, world: _ThreadWorld, rank: int):
+        self._world = world
+        self.rank = rank
+        self.size = world.size
+
+    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._check_peer(dest, "destination")
+        xp = namespace_of(buf)
+        message = xp.asarray(buf, copy=True)  # buffered send: the caller may reuse buf at once
+        with self._world.cond:
+            self._world.mailbox[(self.rank, dest)].append((tag, message))
+            self._world.cond.notify_all()
+
+    def recv(self, buf: Any, source: int, tag: int = 0) -> None:
+        self._check_peer(source, "source")
+        message = self._take(source, tag)
+        if message.shape != buf.shape or message.dtype != buf.dtype:
+            raise CommError(
+                f"rank {self.rank}: message from rank {source} (tag {tag}) has shape "
+                f"{tuple(message.shape)} and dtype {message.dtype}, but the receive buffer has "
+                f"shape {tuple(buf.shape)} and dtype {buf.dtype}"
+            )
+        buf[...] = message
+
+    def _take(self, source: int, tag: int) -> Any:
+        world = self._world
+        box = world.mailbox[(source, self.rank)]
+        deadline = time.monotonic() + world.timeout
+        with world.cond:
+            while True:
+                for i, (t, message) in enumerate(box):
+                    if t == tag:
+                        del box[i]
+                        return message
+                if world.failed_rank is not None:
+                    raise CommError(
+                        f"rank {self.rank}: gave up waiting for rank {source} because rank "
+                        f"{world.failed_rank} failed"
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CommError(
+                        f"rank {self.rank}: no message from rank {source} with tag {tag} after "
+                        f"{world.timeout:g} s (deadlock, or a peer that never sends)"
+                    )
+                world.cond.wait(left)
+
+    def barrier(self) -> None:
+        try:
+            self._world.barrier.wait(self._world.timeout)
+        except threading.BrokenBarrierError:
+            raise CommError(
+                f"rank {self.rank}: barrier broken (a peer failed or did not arrive "
+                f"within {self._world.timeout:g} s)"
+            ) from None
+
+
+def run_threads(
+    size: int,
+    fn: Callable[..., Any],
+    *args: Any,
+    timeout: float = 60.0,
+    wrap: Callable[[Communicator], Communicator] | None = None,
+) -> list[Any]:
+    """Run ``fn(comm, *args)`` on ``size`` thread ranks and return every rank's result, by rank.
+
+    If any rank raises, the others are woken (their pending receives fail), and the first
+    failing rank's exception is raised here with a note naming the rank. ``timeout`` bounds
+    every blocking call, so a deadlock becomes an error, never a hang. ``wrap`` lets a test
+    put a layer around each rank's communicator (e.g. ``CountingCommunicator``).
+    """
+    if size < 1:
+        raise ValueError(f"run_threads needs at least one rank, got size={size}")
+    world = _ThreadWorld(size, timeout)
+    comms: list[Communicator] = [ThreadCommunicator(world, r) for r in range(size)]
+    if wrap is not None:
+        comms = [wrap(c) for c in comms]
+    results: list[Any] = [None] * size
+    errors: dict[int, BaseException] = {}
+
+    def body(rank: int) -> None:
+        try:
+            results[rank] = fn(comms[rank], *args)
+        except BaseException as exc:  # noqa: BLE001 - any failure must end the whole job
+            errors[rank] = exc
+            world.abort(rank)
+
+    threads = [
+        threading.Thread(target=body, args=(r,), name=f"rank-{r}", daemon=True)
+        for r in range(size)
+    ]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [t.name for t in threads if t.is_alive()]
+    if stuck:
+        world.abort(-1)
+        raise TimeoutError(f"run_threads: {', '.join(stuck)} still running after {timeout:g} s")
+    if errors:
+        first = world.failed_rank if world.failed_rank in errors else min(errors)
+        exc = errors[first]
+        exc.add_note(f"(raised on rank {first} of {size})")
+        raise exc
+    return results
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def itemsize(x: Any) -> int:
+    """Bytes per element of array ``x``, asked of its namespace (dtypes have no itemsize there)."""
+    xp = namespace_of(x)
+    if xp.isdtype(x.dtype, "bool"):
+        return 1
+    info = xp.finfo(x.dtype) if xp.isdtype(x.dtype, ("real floating", "complex floating")) else xp.iinfo(x.dtype)
+    bits = info.bits * (2 if xp.isdtype(x.dtype, "complex floating") else 1)
+    return bits // 8
+
+
+class CountingCommunicator(Communicator):
+    """Wraps a communicator and counts what this rank sends: messages, elements and bytes."""
+
+    def __init__(self, inner: Communicator):
+        self.inner = inner
+        self.rank = inner.rank
+        self.size = inner.size
+        self.messages_sent = 0
+        self.elements_sent = 0
+        self.bytes_sent = 0
+
+    def _count(self, buf: Any) -> None:
+        n = 1
+        for d in buf.shape:
+            n *= d
+        self.messages_sent += 1
+        self.elements_sent += n
+        self.bytes_sent += n * itemsize(buf)
+
+    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._count(buf)
+        self.inner.send(buf, dest, tag)
+
+    def recv(self, buf: Any, source: int, tag: int = 0) -> None:
+        self.inner.recv(buf, source, tag)
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
+        self._count(sendbuf)
+        self.inner.sendrecv(sendbuf, dest, recvbuf, source, tag)
+
+    def barrier(self) -> None:
+        self.inner.barrier()

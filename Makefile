@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+export NO_MKDOCS_2_WARNING := 1   # silence mkdocs-material's banner about mkdocs 2; we pin mkdocs<2
 
 .PHONY: venv serve site test bench release clean distclean
 

@@ -43,8 +43,12 @@ log = logging.getLogger("mkdocs.hooks.bench_plots")
 
 BENCH_URI = "assets/bench"
 REQUIRED = ("allreduce",)
-IMPLS = {"ring": "ring (ours)", "mpi": "MPI library"}
-STYLES = {"ring": dict(linestyle="-", marker="o"), "mpi": dict(linestyle="--", marker="s")}
+IMPLS = {"ring": "ring (ours)", "ring_alloc": "ring, new output array per call", "mpi": "MPI library"}
+STYLES = {
+    "ring": dict(linestyle="-", marker="o"),
+    "ring_alloc": dict(linestyle=":", marker="^"),
+    "mpi": dict(linestyle="--", marker="s"),
+}
 LARGE = 1 << 20  # the summary's "large message" threshold: 1 MiB
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")
 
@@ -146,8 +150,9 @@ def human_time(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
-def _ratios(series, ranks: int) -> dict[int, float]:
-    ring, mpi = series.get(("ring", ranks), {}), series.get(("mpi", ranks), {})
+def _ratios(series, ranks: int, impl: str = "ring") -> dict[int, float]:
+    """{bytes: busbw of ``impl`` / busbw of the MPI library} for one rank count."""
+    ring, mpi = series.get((impl, ranks), {}), series.get(("mpi", ranks), {})
     return {b: ring[b] / mpi[b] for b in sorted(ring.keys() & mpi.keys()) if mpi[b] > 0}
 
 
@@ -226,18 +231,19 @@ def _allreduce(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]
     fig, ax = _figure(caption)
     every_ratio = []
     for ranks in all_ranks:
-        ratio = _ratios(series, ranks)
-        if not ratio:
-            continue
-        xs = sorted(ratio)
-        every_ratio += list(ratio.values())
-        ax.plot(
-            xs, [ratio[x] for x in xs], color=_color(ranks, all_ranks), marker="o", markersize=3,
-            linewidth=1.4, label=f"{ranks} ranks",
-        )
+        for impl in ("ring", "ring_alloc"):
+            ratio = _ratios(series, ranks, impl)
+            if not ratio:
+                continue
+            xs = sorted(ratio)
+            every_ratio += list(ratio.values())
+            ax.plot(
+                xs, [ratio[x] for x in xs], color=_color(ranks, all_ranks), markersize=3,
+                linewidth=1.4, label=f"{IMPLS[impl]} / MPI, {ranks} ranks", **STYLES[impl],
+            )
     if not every_ratio:
         raise _bad(path, "no message size was measured with both 'ring' and 'mpi'")
-    ax.axhline(1.0, color="0.2", linewidth=1.0, linestyle=":", label="parity (1.0)")
+    ax.axhline(1.0, color="0.5", linewidth=2.0, linestyle="-", alpha=0.5, label="parity (1.0)")
     positive = [r for r in every_ratio if r > 0]
     if positive and max(positive + [1.0]) / min(positive + [1.0]) > 10:
         ax.set_yscale("log")
@@ -254,25 +260,30 @@ def _allreduce(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]
 
     # Summary table for the page.
     lines = [
-        "| ranks | 2(n−1)/n | ring / MPI busbw, median over sizes ≥ 1 MiB "
+        "| ranks | 2(n−1)/n | busbw ring / MPI, median over sizes ≥ 1 MiB "
+        "| same, ring with a new output array per call "
         f"| best ring busbw | best MPI busbw | time at {human_bytes(sizes[0])}: ring / MPI |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for ranks in all_ranks:
-        large = [v for b, v in _ratios(series, ranks).items() if b >= LARGE]
-        median = f"{statistics.median(large):.2f}" if large else "n/a (no size ≥ 1 MiB)"
+        medians = []
+        for impl in ("ring", "ring_alloc"):
+            large = [v for b, v in _ratios(series, ranks, impl).items() if b >= LARGE]
+            medians.append(f"{statistics.median(large):.2f}" if large else "n/a (no size ≥ 1 MiB)")
         best = []
-        for impl in IMPLS:
+        for impl in ("ring", "mpi"):
             points = series.get((impl, ranks), {})
             if points:
                 at = max(points, key=points.get)
                 best.append(f"{points[at]:.2f} GB/s at {human_bytes(at)}")
             else:
                 best.append("not measured")
-        small = [times.get((impl, ranks), {}).get(sizes[0]) for impl in IMPLS]
+        small = [times.get((impl, ranks), {}).get(sizes[0]) for impl in ("ring", "mpi")]
         small_text = " / ".join("n/a" if t is None else human_time(t) for t in small)
         factor = 2 * (ranks - 1) / ranks
-        lines.append(f"| {ranks} | {factor:.3g} | {median} | {best[0]} | {best[1]} | {small_text} |")
+        lines.append(
+            f"| {ranks} | {factor:.3g} | {medians[0]} | {medians[1]} | {best[0]} | {best[1]} | {small_text} |"
+        )
     m = data["machine"]
     extras = ", ".join(
         f"{k} {m[k]}" for k in ("platform", "python", "numpy", "mpi4py") if m.get(k)

@@ -5,6 +5,10 @@ each job every message size is timed for both implementations, interleaved repea
 repeat so both see the same machine state: a barrier, then the call; a repeat's time is
 the slowest rank's; the reported time is the median over repeats after warm-up calls.
 
+Three implementations: ``ring`` (ours, writing into a buffer the caller reuses, as MPI's
+``Allreduce`` does), ``ring_alloc`` (ours, allocating a new output array every call: the
+cost of fresh memory made visible) and ``mpi`` (the library's own).
+
 Bandwidths follow nccl-tests' definitions (their PERFORMANCE.md):
 
 * algbw = size / time: what the caller sees;
@@ -72,14 +76,17 @@ def run_rank(byte_sizes: list[int], warmup: int) -> None:
     if rank == 0:
         print(json.dumps({"mpi_library": MPI.Get_library_version().splitlines()[0].strip()}), flush=True)
 
-    def ours(x: Any, out: Any) -> Any:
+    def ours(x: Any, out: Any) -> Any:  # the caller's buffer, like MPI's receive buffer
         return allreduce(comm, x, out=out)
+
+    def ours_fresh(x: Any, out: Any) -> Any:  # a new output array every call
+        return allreduce(comm, x)
 
     def native(x: Any, out: Any) -> Any:
         world.Allreduce(x, out, op=MPI.SUM)
         return out
 
-    impls = {"ring": ours, "mpi": native}
+    impls = {"ring": ours, "ring_alloc": ours_fresh, "mpi": native}
     for n_bytes in byte_sizes:
         count = n_bytes // ITEM_BYTES
         x = np.full(count, rank + 1, dtype=np.float32)
@@ -146,12 +153,12 @@ def _launch(ranks: int, byte_sizes: list[int], warmup: int, timeout: float, prog
     return results, library
 
 
-def summarise(results: list[dict], min_bytes: int = 1 << 20) -> dict[int, float]:
-    """Median over sizes >= ``min_bytes`` of ring busbw / MPI busbw, per rank count."""
+def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "ring") -> dict[int, float]:
+    """Median over sizes >= ``min_bytes`` of ``impl_name`` busbw / MPI busbw, per rank count."""
     by_key = {(r["ranks"], r["bytes"], r["impl"]): r["busbw_GBps"] for r in results}
     ratios: dict[int, list[float]] = {}
     for (ranks, n_bytes, impl), busbw in by_key.items():
-        if impl == "ring" and n_bytes >= min_bytes and (ranks, n_bytes, "mpi") in by_key:
+        if impl == impl_name and n_bytes >= min_bytes and (ranks, n_bytes, "mpi") in by_key:
             ratios.setdefault(ranks, []).append(busbw / by_key[(ranks, n_bytes, "mpi")])
     return {ranks: statistics.median(v) for ranks, v in sorted(ratios.items())}
 
@@ -180,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"sizes must be multiples of {ITEM_BYTES} bytes (float32), from --min-bytes to --max-bytes")
     results: list[dict] = []
     library = "unknown"
-    with tqdm(total=len(rank_counts) * len(byte_sizes) * 2, desc="allreduce", unit="point") as progress:
+    with tqdm(total=len(rank_counts) * len(byte_sizes) * 3, desc="allreduce", unit="point") as progress:
         for ranks in rank_counts:
             progress.set_postfix(ranks=ranks)
             part, library = _launch(ranks, byte_sizes, args.warmup, args.timeout, progress)
@@ -198,14 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     tmp.replace(args.out)
 
     print(f"wrote {args.out}")
-    print(f"{'ranks':>5}  {'bytes':>10}  {'ring busbw':>11}  {'MPI busbw':>10}  ratio")
+    print(f"{'ranks':>5}  {'bytes':>10}  busbw GB/s: {'ring':>7} {'ring_alloc':>10} {'MPI':>7}  ring/MPI")
     by_key = {(r["ranks"], r["bytes"], r["impl"]): r["busbw_GBps"] for r in results}
     for ranks in rank_counts:
         for n_bytes in byte_sizes:
-            ring, mpi = by_key[(ranks, n_bytes, "ring")], by_key[(ranks, n_bytes, "mpi")]
-            print(f"{ranks:>5}  {n_bytes:>10}  {ring:>8.3f} GB/s  {mpi:>7.3f} GB/s  {ring / mpi:5.2f}")
+            ring, fresh, mpi = (by_key[(ranks, n_bytes, i)] for i in ("ring", "ring_alloc", "mpi"))
+            print(f"{ranks:>5}  {n_bytes:>10}  {'':>11} {ring:7.3f} {fresh:10.3f} {mpi:7.3f}  {ring / mpi:8.2f}")
+    fresh = summarise(results, impl_name="ring_alloc")
     for ranks, ratio in summarise(results).items():
-        print(f"{ranks} ranks, sizes >= 1 MiB: median busbw ratio ring / MPI = {ratio:.2f}")
+        print(f"{ranks} ranks, sizes >= 1 MiB: median busbw ratio ring / MPI = {ratio:.2f} "
+              f"(ring_alloc / MPI = {fresh[ranks]:.2f})")
     return 0
 
 

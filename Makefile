@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-export NO_MKDOCS_2_WARNING := 1   # silence mkdocs-material's banner about mkdocs 2; we pin mkdocs<2
+# Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
+export NO_MKDOCS_2_WARNING := 1
 
 .PHONY: venv serve site test bench release clean distclean
 

@@ -1,0 +1,230 @@
+"""``python -m grader check NOTEBOOK``: grade one learner notebook against its hidden tests.
+
+The pipeline, all inside a scratch copy of the course (``course.scratch_course``):
+
+1. read the notebook and find its assignment (metadata ``lab.assignment``, else its name);
+2. put it where nbgrader expects a submission: ``submitted/<student>/<assignment>/``;
+3. in one sandboxed child (``sandbox.run_limited`` running ``grader.steps``):
+   ``generate_assignment`` (builds the gradebook, hidden tests included), ``autograde``
+   (restores locked and test cells from the gradebook, runs the notebook, saves the scores)
+   and ``generate_feedback`` (the HTML report);
+4. read the scores nbgrader saved, and a hint per failed test from the autograded
+   notebook's error outputs (the assertion message, which says what was expected and what
+   was found);
+5. copy the feedback HTML out of the scratch course.
+
+A run stopped by the wall-clock limit still gives a result: every test that did not run
+scores 0 with a hint saying why, and ``error`` says where it stopped.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from .course import Assignment, Course, cell_source, load_notebook, scratch_course
+from .report import CellError, GradingResult, TestResult
+from .sandbox import DEFAULT_MEMORY_MB, child_environment, run_limited
+
+STUDENT = "learner"
+DEFAULT_TIMEOUT = 600.0
+HINT_LIMIT = 400
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_HIDDEN = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS.*?^[ \t]*#+[ \t]*END HIDDEN TESTS[^\n]*\n?",
+                     re.MULTILINE | re.DOTALL)
+
+
+def check_notebook(
+    notebook: Path,
+    *,
+    course: Course,
+    feedback_dir: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+    cell_timeout: int | None = None,
+    memory_mb: int = DEFAULT_MEMORY_MB,
+) -> GradingResult:
+    """Grade ``notebook``; raises ``course.InputProblem`` for input that cannot be graded."""
+    content = load_notebook(notebook)
+    assignment, nb_name = course.identify(notebook, content)
+    stem = Path(nb_name).stem
+    result = GradingResult(assignment=assignment.name, notebook=str(notebook))
+    planned = _planned_tests(assignment, nb_name)
+
+    with scratch_course(course) as root:
+        scratch = root.parent
+        submitted = root / "submitted" / STUDENT / assignment.name
+        submitted.mkdir(parents=True)
+        shutil.copyfile(notebook, submitted / nb_name)
+        record_file = scratch / "steps.json"
+        argv = [
+            sys.executable, "-m", "grader.steps", str(root),
+            "--assignment", assignment.name, "--student", STUDENT,
+            "--steps", "generate,autograde,feedback", "--result", str(record_file),
+        ]
+        if cell_timeout is not None:
+            argv += ["--cell-timeout", str(cell_timeout)]
+        child = run_limited(argv, cwd=root, env=child_environment(scratch),
+                            timeout=timeout, memory_mb=memory_mb)
+        record = _read_record(record_file)
+        done = set(record.get("completed", []))
+
+        grades = record.get("grades", {}).get(stem)
+        autograded = root / "autograded" / STUDENT / assignment.name / nb_name
+        outputs = _cell_outputs(autograded) if autograded.is_file() else {}
+        if grades is not None:
+            result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout)
+            result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout)
+        else:
+            result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]
+
+        released = root / "release" / assignment.name / nb_name
+        if released.is_file():
+            result.tampered = _tampered_cells(content, load_notebook(released))
+
+        feedback = root / "feedback" / STUDENT / assignment.name / f"{stem}.html"
+        if f"{assignment.name}:feedback" in done and feedback.is_file():
+            target = feedback_dir / assignment.name / f"{stem}.html"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(feedback, target)
+            result.feedback_html = str(target.resolve())
+
+    if child.timed_out:
+        result.timed_out = True
+        stage = "while running your notebook" if f"{assignment.name}:generate" in done else "while preparing the assignment"
+        result.error = (
+            f"stopped after {timeout:g} s, the wall-clock limit (--timeout), {stage}: "
+            "a cell ran too long or never finished"
+        )
+        why = f"not run: grading was stopped at the {timeout:g} s wall-clock limit"
+    elif record.get("failed"):
+        failed = record["failed"]
+        result.error = f"nbgrader {failed['step']} failed: {failed['message']}"
+        why = f"not graded: nbgrader {failed['step']} failed"
+    elif child.returncode != 0 or f"{assignment.name}:autograde" not in done:
+        tail = [line for line in child.stderr.splitlines() if line.strip()]
+        result.error = f"the grading process exited with status {child.returncode}: " + (
+            tail[-1].strip() if tail else "no message"
+        )
+        why = "not graded: the grading process failed"
+    else:
+        why = None
+    if why and result.error and not any(t.passed or t.hint for t in result.tests):
+        for t in result.tests:
+            t.hint = why
+    return result
+
+
+def _planned_tests(assignment: Assignment, nb_name: str) -> list[tuple[str, float]]:
+    """(grade id, points) of every test cell in the source notebook, in notebook order."""
+    source = json.loads((assignment.source_dir / nb_name).read_text(encoding="utf-8"))
+    tests = []
+    for cell in source["cells"]:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if meta.get("grade") and not meta.get("solution"):
+            tests.append((meta["grade_id"], float(meta.get("points", 0))))
+    return tests
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def _cell_outputs(autograded: Path) -> dict[str, list[dict[str, Any]]]:
+    """Error outputs of every cell of the autograded notebook, by grade id (or ``#index``)."""
+    content = json.loads(autograded.read_text(encoding="utf-8"))
+    found = {}
+    for index, cell in enumerate(content.get("cells", [])):
+        if cell.get("cell_type") != "code":
+            continue
+        key = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"#{index}"
+        found[key] = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    return found
+
+
+def describe_error(errors: list[dict[str, Any]], cell_timeout: int | None) -> str | None:
+    """One line a learner can act on: the exception and its message (what was expected/found)."""
+    if not errors:
+        return None
+    error = errors[-1]
+    name = _ANSI.sub("", str(error.get("ename", "Error")))
+    value = _ANSI.sub("", str(error.get("evalue", ""))).strip()
+    traceback = [_ANSI.sub("", line) for line in error.get("traceback", [])]
+    if name == "CellTimeoutError" or any("CellTimeoutError" in line for line in traceback):
+        limit = f"{cell_timeout} s" if cell_timeout else "the per-cell limit"
+        return f"stopped: the cell ran longer than {limit} (an endless loop, or a rank waiting forever?)"
+    if name == "NotImplementedError" and not value:
+        return "NotImplementedError: not implemented yet (replace `raise NotImplementedError()` with your code)"
+    if name == "KeyboardInterrupt":
+        return "stopped: the cell was interrupted (it ran past the per-cell time limit)"
+    if not value:
+        last = [line.strip() for line in "\n".join(traceback).splitlines() if line.strip()]
+        value = last[-1] if last else ""
+        if value.startswith(name):
+            value = value[len(name):].lstrip(": ")
+    text = f"{name}: {' '.join(value.split())}" if value else f"{name} (no message)"
+    return text if len(text) <= HINT_LIMIT else text[: HINT_LIMIT - 3] + "..."
+
+
+def _tests_from_grades(
+    grades: list[dict[str, Any]],
+    planned: list[tuple[str, float]],
+    outputs: dict[str, list[dict[str, Any]]],
+    cell_timeout: int | None,
+) -> list[TestResult]:
+    order = {test_id: i for i, (test_id, _) in enumerate(planned)}
+    tests = []
+    for g in sorted(grades, key=lambda g: order.get(g["id"], len(order))):
+        passed = g["score"] >= g["max_score"]
+        hint = None if passed else (describe_error(outputs.get(g["id"], []), cell_timeout)
+                                    or "failed without an error message")
+        tests.append(TestResult(g["id"], g["score"], g["max_score"], passed, hint))
+    return tests
+
+
+def _other_cell_errors(autograded: Path, test_ids: set[str], cell_timeout: int | None) -> list[CellError]:
+    """Errors in cells that are not tests: they explain why the tests after them failed."""
+    if not autograded.is_file():
+        return []
+    return [
+        CellError(key, describe_error(errors, cell_timeout) or "error")
+        for key, errors in _cell_outputs(autograded).items()
+        if errors and key not in test_ids
+    ]
+
+
+def _normalised(source: str) -> str:
+    without_hidden = _HIDDEN.sub("", source)
+    return "\n".join(line.rstrip() for line in without_hidden.strip().splitlines())
+
+
+def _locked_cells(content: dict[str, Any]) -> dict[str, str]:
+    cells = {}
+    for cell in content.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if isinstance(meta, dict) and meta.get("grade_id") and not meta.get("solution") and (
+            meta.get("locked") or meta.get("grade")
+        ):
+            cells[meta["grade_id"]] = _normalised(cell_source(cell))
+    return cells
+
+
+def _tampered_cells(submitted: dict[str, Any], released: dict[str, Any]) -> list[str]:
+    """Locked cells of the release whose text differs in (or is missing from) the submission.
+
+    nbgrader's autograde already grades the original text of these cells; this only tells
+    the learner, so that a changed test is never mistaken for a passing one.
+    """
+    mine = _locked_cells(submitted)
+    changed = []
+    for grade_id, original in _locked_cells(released).items():
+        if grade_id not in mine:
+            changed.append(f"{grade_id} (deleted)")
+        elif mine[grade_id] != original:
+            changed.append(grade_id)
+    return changed

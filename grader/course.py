@@ -1,0 +1,181 @@
+"""The nbgrader course: where it lives, which assignments it has, and whose notebook is whose.
+
+The course root is ``exercises/`` (``nbgrader_config.py`` plus ``source/<assignment>/``).
+The grader never works in it directly: every command runs in a throwaway copy
+(``scratch_course``), so grading or releasing leaves no gradebook, no submission and no
+generated file in the repository.
+
+Learner input is checked here, before any child process starts, so that a wrong path or a
+file that is not a notebook gives one clear line (``InputProblem``) instead of a traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+CONFIG_FILE = "nbgrader_config.py"
+SOURCE_DIR = "source"
+
+
+class InputProblem(Exception):
+    """The learner's input cannot be graded: missing file, not a notebook, unknown assignment."""
+
+
+def repo_root() -> Path:
+    """The checkout this package belongs to (the folder holding ``grader/``)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def default_course_root() -> Path:
+    """``exercises/`` of this checkout, else of the current directory."""
+    for candidate in (repo_root() / "exercises", Path.cwd() / "exercises"):
+        if (candidate / CONFIG_FILE).is_file():
+            return candidate
+    return repo_root() / "exercises"
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One assignment of the course: ``source/<name>/`` and the notebooks in it."""
+
+    name: str
+    source_dir: Path
+
+    @property
+    def notebooks(self) -> list[Path]:
+        """The source notebooks of this assignment, sorted by name."""
+        return sorted(self.source_dir.glob("*.ipynb"))
+
+
+@dataclass(frozen=True)
+class Course:
+    """An nbgrader course root on disk (normally ``exercises/``)."""
+
+    root: Path
+
+    @classmethod
+    def at(cls, root: Path | None = None) -> "Course":
+        """The course at ``root`` (default: this checkout's ``exercises/``), checked to exist."""
+        root = (root or default_course_root()).resolve()
+        if not (root / CONFIG_FILE).is_file() or not (root / SOURCE_DIR).is_dir():
+            raise InputProblem(
+                f"{root} is not a course root: expected {CONFIG_FILE} and {SOURCE_DIR}/ in it"
+            )
+        return cls(root)
+
+    @property
+    def assignments(self) -> list[Assignment]:
+        """Every ``source/<name>/`` folder holding at least one notebook, sorted by name."""
+        found = []
+        for folder in sorted((self.root / SOURCE_DIR).iterdir()):
+            if folder.is_dir() and any(folder.glob("*.ipynb")):
+                found.append(Assignment(folder.name, folder))
+        return found
+
+    def assignment(self, name: str) -> Assignment | None:
+        """The assignment called ``name``, or None."""
+        for assignment in self.assignments:
+            if assignment.name == name:
+                return assignment
+        return None
+
+    def identify(self, notebook: Path, content: dict[str, Any]) -> tuple[Assignment, str]:
+        """Which assignment, and which of its notebooks, ``notebook`` is an attempt at.
+
+        The notebook's own metadata (``lab.assignment``) decides; without it, its file name
+        must match ``source/*/<name>.ipynb``. Returns the assignment and the source notebook's
+        file name (the name nbgrader expects the submission to have).
+        """
+        lab = content.get("metadata", {}).get("lab", {})
+        declared = lab.get("assignment") if isinstance(lab, dict) else None
+        known = ", ".join(a.name for a in self.assignments) or "none"
+        if declared is not None:
+            assignment = self.assignment(str(declared))
+            if assignment is None:
+                raise InputProblem(
+                    f"{notebook}: unknown assignment {declared!r} in its metadata "
+                    f"(lab.assignment); this course has: {known}"
+                )
+            names = [p.name for p in assignment.notebooks]
+            if notebook.name in names:
+                return assignment, notebook.name
+            if len(names) == 1:
+                return assignment, names[0]
+            raise InputProblem(
+                f"{notebook}: assignment {assignment.name} has several notebooks "
+                f"({', '.join(names)}); rename the file to the one it answers"
+            )
+        matches = [a for a in self.assignments if notebook.name in {p.name for p in a.notebooks}]
+        if len(matches) == 1:
+            return matches[0], notebook.name
+        raise InputProblem(
+            f"{notebook}: unknown assignment: the notebook has no lab.assignment metadata and "
+            f"its name matches no source/*/{notebook.name} in the course (assignments: {known})"
+        )
+
+
+def load_notebook(path: Path) -> dict[str, Any]:
+    """Read ``path`` as an nbformat-4 notebook (plain JSON, structure checked).
+
+    Raises ``InputProblem`` naming the file when it is missing, unreadable, not JSON, or
+    JSON that is not a notebook. Deeper validation is left to nbgrader in the child process.
+    """
+    if not path.exists():
+        raise InputProblem(f"{path}: no such file")
+    if not path.is_file():
+        raise InputProblem(f"{path}: not a file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputProblem(f"{path}: cannot be read as a notebook ({exc.__class__.__name__}: {exc})") from None
+    try:
+        content = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputProblem(
+            f"{path}: not a Jupyter notebook (invalid JSON at line {exc.lineno}: {exc.msg})"
+        ) from None
+    if not isinstance(content, dict) or "nbformat" not in content:
+        raise InputProblem(f"{path}: not a Jupyter notebook (JSON without an 'nbformat' version)")
+    version = content.get("nbformat")
+    if not isinstance(version, int) or version < 4:
+        raise InputProblem(
+            f"{path}: not a Jupyter notebook of a supported version (nbformat {version!r}; need 4)"
+        )
+    cells = content.get("cells")
+    if not isinstance(cells, list) or not all(
+        isinstance(c, dict) and "cell_type" in c and "source" in c for c in cells
+    ):
+        raise InputProblem(f"{path}: not a valid Jupyter notebook (its 'cells' are malformed)")
+    if not isinstance(content.get("metadata", {}), dict):
+        raise InputProblem(f"{path}: not a valid Jupyter notebook (its 'metadata' is not an object)")
+    return content
+
+
+def cell_source(cell: dict[str, Any]) -> str:
+    """A cell's source as one string (nbformat allows a string or a list of lines)."""
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+@contextlib.contextmanager
+def scratch_course(course: Course) -> Iterator[Path]:
+    """A temporary copy of the course (config and ``source/`` only), deleted afterwards.
+
+    nbgrader writes its gradebook, ``release/``, ``submitted/``, ``autograded/`` and
+    ``feedback/`` under the copy, so nothing of a run ever lands in the repository.
+    """
+    with tempfile.TemporaryDirectory(prefix="dl-lab-grader-") as tmp:
+        root = Path(tmp) / "course"
+        root.mkdir()
+        shutil.copy2(course.root / CONFIG_FILE, root / CONFIG_FILE)
+        shutil.copytree(
+            course.root / SOURCE_DIR,
+            root / SOURCE_DIR,
+            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
+        )
+        yield root

@@ -1,0 +1,135 @@
+"""What a grading run found, and the two ways of showing it: a table for people, JSON for tools.
+
+The JSON has a fixed shape, relied on by scripts and by the tests::
+
+    {"assignment", "notebook", "score", "max_score",
+     "tests": [{"id", "score", "max_score", "passed", "hint"}],
+     "feedback_html", ...}
+
+plus a few extra keys: ``timed_out``, ``error`` (why grading did not complete),
+``cell_errors`` (failures outside test cells, e.g. a solution cell that raised or was
+stopped) and ``tampered`` (locked cells whose text the learner changed; nbgrader grades the
+original text, and the report says so).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class TestResult:
+    """One autograded test cell: its nbgrader grade id, points, and why it failed."""
+
+    __test__ = False  # not a pytest test class, whatever its name
+
+    id: str
+    score: float
+    max_score: float
+    passed: bool
+    hint: str | None = None
+
+
+@dataclass
+class CellError:
+    """An error in a cell that is not a test (setup, a solution, given code)."""
+
+    cell: str
+    error: str
+
+
+@dataclass
+class GradingResult:
+    """The outcome of ``python -m grader check``."""
+
+    assignment: str
+    notebook: str
+    tests: list[TestResult] = field(default_factory=list)
+    feedback_html: str | None = None
+    timed_out: bool = False
+    error: str | None = None
+    cell_errors: list[CellError] = field(default_factory=list)
+    tampered: list[str] = field(default_factory=list)
+
+    @property
+    def score(self) -> float:
+        return sum(t.score for t in self.tests)
+
+    @property
+    def max_score(self) -> float:
+        return sum(t.max_score for t in self.tests)
+
+    @property
+    def completed(self) -> bool:
+        """Whether every test ran (the score is a real grade, not a stopped run's zero)."""
+        return self.error is None
+
+    def to_json(self) -> str:
+        data = {
+            "assignment": self.assignment,
+            "notebook": self.notebook,
+            "score": self.score,
+            "max_score": self.max_score,
+            "tests": [asdict(t) for t in self.tests],
+            "feedback_html": self.feedback_html,
+            "timed_out": self.timed_out,
+            "error": self.error,
+            "cell_errors": [asdict(e) for e in self.cell_errors],
+            "tampered": self.tampered,
+        }
+        return json.dumps(data, indent=2)
+
+    def to_table(self) -> str:
+        return render_table(self)
+
+
+def _points(x: float) -> str:
+    return f"{x:g}"
+
+
+def render_table(result: GradingResult) -> str:
+    """A plain-text report: one row per test, the total, then notes and the feedback path."""
+    width = max(72, min(shutil.get_terminal_size((100, 24)).columns, 160))
+    id_w = max([len("test")] + [len(t.id) for t in result.tests])
+    head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  status"
+    lines = [
+        f"Assignment {result.assignment}: {result.notebook}",
+        "",
+        head,
+        "-" * len(head),
+    ]
+    indent = " " * (id_w + 2)
+    for t in result.tests:
+        status = "pass" if t.passed else "FAIL"
+        lines.append(f"{t.id:<{id_w}}  {_points(t.score):>6}  {_points(t.max_score):>4}  {status}")
+        if t.hint:
+            for hint_line in textwrap.wrap(t.hint, width - len(indent) - 2) or [""]:
+                lines.append(f"{indent}  {hint_line}")
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<{id_w}}  {_points(result.score):>6}  {_points(result.max_score):>4}")
+    notes = []
+    if result.error:
+        notes.append(f"grading did not complete: {result.error}")
+    for e in result.cell_errors:
+        notes.append(f"cell {e.cell}: {e.error}")
+    if result.tampered:
+        notes.append(
+            "locked cells that differ from the released notebook were graded with their "
+            "original text: "
+            + ", ".join(result.tampered)
+        )
+    if notes:
+        lines.append("")
+        lines.append("Notes:")
+        for note in notes:
+            wrapped = textwrap.wrap(note, width - 4) or [""]
+            lines.append(f"  - {wrapped[0]}")
+            lines.extend(f"    {w}" for w in wrapped[1:])
+    lines.append("")
+    if result.feedback_html:
+        lines.append(f"Feedback: {result.feedback_html}")
+    else:
+        lines.append("Feedback: none (grading did not complete)")
+    return "\n".join(lines)

@@ -1,0 +1,389 @@
+"""The grader, end to end: ``python -m grader check|release`` run as a learner would run them.
+
+Grading starts a Jupyter kernel and takes seconds, so the slow runs start together, once,
+in the module fixture ``runs`` (release, then every ``check`` as a parallel child process),
+and each test reads its run's result. What is checked:
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it still completes (exit 0);
+* an off-by-one in ``chunk_bounds`` (only uneven splits break) gets partial marks, and a
+  locked test cell the learner rewrote is reported and graded with its original text;
+* a cell that never ends is stopped by the per-cell limit (grading completes) or by the
+  wall-clock limit (reported, exit 3, no process left behind), within a bounded time;
+* bad input (missing file, not a notebook, unknown assignment): exit 2 and one line;
+* released notebooks hold no hidden test and no solution code;
+* the notebook's own solutions and tests agree with ``reference_impl`` (fast, in process).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+COURSE = ROOT / "exercises"
+ASSIGNMENT = "01_ring_allreduce"
+SOURCE = COURSE / "source" / ASSIGNMENT / "ring_allreduce.ipynb"
+MAX_SCORE = 25.0
+CELL_TIMEOUT = 3
+WALL_TIMEOUT = 15
+
+pytestmark = pytest.mark.timeout(300)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def grader_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "grader", *args]
+
+
+def grader_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+def read_nb(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def source_of(cell: dict[str, Any]) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def edit_cell(nb: dict[str, Any], grade_id: str, edit) -> dict[str, Any]:
+    """A copy of ``nb`` with the source of the cell ``grade_id`` replaced by ``edit(source)``."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            new = edit(source_of(cell))
+            assert new != source_of(cell), f"the edit of cell {grade_id} changed nothing"
+            cell["source"] = new
+            return nb
+    raise AssertionError(f"no cell {grade_id} in the notebook")
+
+
+SOLUTION_CELLS = ("chunk_bounds", "reduce_scatter", "allgather")
+
+
+def cell_of(nb: dict[str, Any], grade_id: str) -> dict[str, Any]:
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            return cell
+    raise AssertionError(f"no cell {grade_id} in the notebook")
+
+
+def snapshot(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts}
+
+
+@dataclass
+class Run:
+    """One finished ``python -m grader`` child process."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> dict[str, Any]:
+        assert self.stdout.strip(), f"no output from {self.argv}; stderr:\n{self.stderr}"
+        return json.loads(self.stdout)
+
+
+class Started:
+    """A ``python -m grader`` child started now, collected later (so several run at once)."""
+
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None):
+        self.argv = grader_argv(*args)
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv, cwd=cwd, env=env or grader_env(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+
+    def wait(self, timeout: float = 240) -> Run:
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"{self.argv} did not finish in {timeout} s:\n{err[-3000:]}")
+        return Run(self.argv, self.proc.returncode, out, err, time.monotonic() - self.start)
+
+
+# --------------------------------------------------------------------------- the runs
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Any]:
+    """Every slow grader run of this module, started together and collected."""
+    work = tmp_path_factory.mktemp("grader")
+    course_before = snapshot(COURSE)
+    source = read_nb(SOURCE)
+
+    # (c) an off-by-one in the remainder handling, plus a locked test the learner "fixed".
+    off_by_one = edit_cell(source, "chunk_bounds", lambda s: s.replace("r < extra", "r < extra - 1"))
+    off_by_one = edit_cell(off_by_one, "test_chunk_bounds_examples", lambda s: "pass  # tests are for others\n")
+    # (d) a solution cell that never ends.
+    hanging = edit_cell(source, "reduce_scatter", lambda s: "while True:\n    pass\n\n" + s)
+    notebooks = {"off_by_one": off_by_one, "hanging": hanging}
+    for name, nb in notebooks.items():
+        (work / name).mkdir()
+        (work / name / "ring_allreduce.ipynb").write_text(json.dumps(nb))
+
+    release_out = work / "release"
+    release = Started("release", "--out", str(release_out), cwd=work)
+    kernel_tmp = work / "wall-tmp"  # the wall-clock run's scratch folders live here
+    kernel_tmp.mkdir()
+
+    def check(name: str, notebook: Path, *extra: str, env=None) -> Started:
+        return Started("check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"),
+                       *extra, cwd=work, env=env)
+
+    started = {
+        "source": check("source", SOURCE),
+        "off_by_one": check("off_by_one", work / "off_by_one" / "ring_allreduce.ipynb"),
+        "hang_cell": check("hang_cell", work / "hanging" / "ring_allreduce.ipynb",
+                           "--cell-timeout", str(CELL_TIMEOUT)),
+        "hang_wall": check("hang_wall", work / "hanging" / "ring_allreduce.ipynb",
+                           "--timeout", str(WALL_TIMEOUT), env=grader_env(TMPDIR=str(kernel_tmp))),
+    }
+    results: dict[str, Any] = {"release": release.wait(), "release_out": release_out, "work": work}
+    assert results["release"].returncode == 0, results["release"].stderr
+    released_nb = release_out / ASSIGNMENT / "ring_allreduce.ipynb"
+    started["released"] = check("released", released_nb)
+    # (a') the learner's path: the released notebook (no hidden tests in it) with the
+    # solution cells filled in must score full marks, so hidden tests come from the gradebook.
+    solved = read_nb(released_nb)
+    for grade_id in SOLUTION_CELLS:
+        solved = edit_cell(solved, grade_id, lambda _s, g=grade_id: source_of(cell_of(source, g)))
+    (work / "solved").mkdir()
+    (work / "solved" / "ring_allreduce.ipynb").write_text(json.dumps(solved))
+    started["released_solved"] = check("released_solved", work / "solved" / "ring_allreduce.ipynb")
+    for name, run in started.items():
+        results[name] = run.wait()
+    results["kernel_tmp"] = kernel_tmp
+    results["course_after"] = snapshot(COURSE)
+    results["course_before"] = course_before
+    return results
+
+
+# --------------------------------------------------------------------------- check
+
+
+def test_source_notebook_scores_full_marks(runs):
+    run = runs["source"]
+    assert run.returncode == 0, run.stderr
+    result = run.json()
+    assert result["assignment"] == ASSIGNMENT
+    assert result["max_score"] == MAX_SCORE
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert len(result["tests"]) == 11 and all(t["hint"] is None for t in result["tests"])
+    assert {"id", "score", "max_score", "passed", "hint"} <= set(result["tests"][0])
+    assert result["tampered"] == [] and result["cell_errors"] == []
+    html = Path(result["feedback_html"])
+    assert html.is_file() and html.parent.parent == runs["work"] / "fb-source"
+    assert "hidden_allreduce_any" in html.read_text(encoding="utf-8")
+
+
+def test_released_notebook_completed_by_a_learner_scores_full_marks(runs):
+    """The released file holds no hidden test, yet all 11 tests (7 hidden) are graded."""
+    released_text = (runs["release_out"] / ASSIGNMENT / "ring_allreduce.ipynb").read_text()
+    assert "hidden_allreduce_any" in released_text  # the (emptied) autograder cell is there...
+    assert "CountingCommunicator" not in released_text  # ...but not its hidden test code
+    run = runs["released_solved"]
+    assert run.returncode == 0, run.stderr
+    result = run.json()
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 7
+    assert result["tampered"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    run = runs["released"]
+    assert run.returncode == 0, run.stderr
+    result = run.json()
+    assert result["score"] == 0 and result["max_score"] == MAX_SCORE
+    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
+        t["hint"] for t in result["tests"]
+    ]
+    assert result["error"] is None and Path(result["feedback_html"]).is_file()
+
+
+def test_off_by_one_chunk_bounds_gets_partial_marks(runs):
+    run = runs["off_by_one"]
+    assert run.returncode == 0, run.stderr
+    result = run.json()
+    assert 0 < result["score"] < result["max_score"], result
+    by_id = {t["id"]: t for t in result["tests"]}
+    # Even splits still work; uneven ones do not.
+    for passing in ("hidden_reduce_scatter", "hidden_allgather", "hidden_allreduce_even",
+                    "hidden_traffic_per_rank"):
+        assert by_id[passing]["passed"], by_id[passing]
+    for failing in ("hidden_chunk_bounds", "hidden_allreduce_any", "hidden_traffic_total"):
+        assert not by_id[failing]["passed"] and by_id[failing]["score"] == 0
+    hint = by_id["hidden_chunk_bounds"]["hint"]
+    assert "expected" in hint and "found" in hint, hint
+    # The rewritten locked test was graded with its original text, and reported.
+    assert not by_id["test_chunk_bounds_examples"]["passed"]
+    assert "chunk_bounds(10, 3)" in by_id["test_chunk_bounds_examples"]["hint"]
+    assert result["tampered"] == ["test_chunk_bounds_examples"]
+
+
+def test_hanging_cell_is_stopped_by_the_cell_limit(runs):
+    run = runs["hang_cell"]
+    assert run.returncode == 0, run.stderr
+    result = run.json()
+    assert result["error"] is None and not result["timed_out"]
+    assert 0 < result["score"] < result["max_score"]  # chunk_bounds and allgather still count
+    stopped = [e for e in result["cell_errors"] if e["cell"] == "reduce_scatter"]
+    assert stopped and "stopped" in stopped[0]["error"], result["cell_errors"]
+    assert run.seconds < 120
+
+
+def test_hanging_cell_is_stopped_by_the_wall_clock_limit(runs):
+    run = runs["hang_wall"]
+    assert run.returncode == 3, (run.returncode, run.stderr)
+    result = run.json()
+    assert result["timed_out"] and "wall-clock" in result["error"]
+    assert result["score"] == 0 and result["feedback_html"] is None
+    assert all("wall-clock" in t["hint"] for t in result["tests"])
+    assert run.stderr.strip().count("\n") == 0 and "wall-clock" in run.stderr
+    assert run.seconds < WALL_TIMEOUT + 30
+    # Nothing of that run survives: no kernel or nbgrader process under its scratch folder.
+    psutil = pytest.importorskip("psutil")
+    left = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if str(runs["kernel_tmp"]) in " ".join(proc.info["cmdline"] or []):
+            left.append(proc.pid)
+    assert not left, f"processes left behind by the killed run: {left}"
+
+
+def test_grading_writes_nothing_into_the_course(runs):
+    assert runs["course_after"] == runs["course_before"]
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def _bad_input(tmp_path: Path, notebook: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(grader_argv("check", str(notebook)), cwd=tmp_path, env=grader_env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    "name, content, expected",
+    [
+        ("missing.ipynb", None, "no such file"),
+        ("broken.ipynb", "{not json", "not a Jupyter notebook"),
+        ("plain.ipynb", json.dumps({"hello": "world"}), "not a Jupyter notebook"),
+        ("old.ipynb", json.dumps({"nbformat": 3, "worksheets": []}), "not a Jupyter notebook"),
+        ("ring_allreduce.ipynb",
+         json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [],
+                     "metadata": {"lab": {"assignment": "99_nope"}}}),
+         "unknown assignment '99_nope'"),
+        ("mystery.ipynb", json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {}}),
+         "unknown assignment"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, name, content, expected):
+    notebook = tmp_path / name
+    if content is not None:
+        notebook.write_text(content)
+    run = _bad_input(tmp_path, notebook)
+    assert run.returncode == 2, (run.returncode, run.stdout, run.stderr)
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    assert expected in lines[0] and name in lines[0], lines[0]
+    assert "Traceback" not in run.stderr and run.stdout == ""
+
+
+# --------------------------------------------------------------------------- release
+
+
+def test_release_has_no_hidden_tests_and_no_solutions(runs):
+    out = runs["release_out"]
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        f"{ASSIGNMENT}/ring_allreduce.ipynb"
+    ]
+    released = read_nb(out / ASSIGNMENT / "ring_allreduce.ipynb")
+    text = json.dumps(released)
+    for marker in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "END SOLUTION"):
+        assert marker not in text
+    for secret in ("divmod(n_elements, n_ranks)", "np.empty_like(chunks[recv_i])",
+                   "_ref_chunk_bounds", "_ref_allreduce", "CountingCommunicator"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+    stubs = [source_of(c) for c in released["cells"]
+             if c["metadata"].get("nbgrader", {}).get("solution")]
+    assert len(stubs) == 3 and all("raise NotImplementedError()" in s for s in stubs)
+    assert released["metadata"]["lab"]["assignment"] == ASSIGNMENT
+    assert all(c.get("outputs", []) == [] for c in released["cells"] if c["cell_type"] == "code")
+
+
+def test_release_leak_check_catches_solution_code():
+    from grader.release import ReleaseLeak, check_no_leaks, secret_lines
+
+    source = read_nb(SOURCE)
+    secrets = secret_lines(source)
+    assert "base, extra = divmod(n_elements, n_ranks)" in secrets
+    assert "return bounds" in secrets  # only ever written inside the solution
+    assert "n, r = comm.size, comm.rank" in secrets
+    leaky = edit_cell(source, "chunk_bounds",
+                      lambda s: s.replace("### BEGIN SOLUTION\n", "").replace("    ### END SOLUTION", ""))
+    with pytest.raises(ReleaseLeak, match="solution or hidden-test code"):
+        check_no_leaks(source, leaky, "leaky")
+    with pytest.raises(ReleaseLeak, match="BEGIN SOLUTION"):
+        check_no_leaks(source, source, "source")
+
+
+# --------------------------------------------------------------------------- the notebook itself
+
+
+def _notebook_namespace(upto: str | None = None) -> dict[str, Any]:
+    """Run the source notebook's code cells in one namespace (no kernel), up to cell ``upto``."""
+    namespace: dict[str, Any] = {"__name__": "ring_allreduce_notebook"}
+    for cell in read_nb(SOURCE)["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
+        try:
+            exec(compile(source_of(cell), f"<cell {grade_id}>", "exec"), namespace)
+        except Exception as exc:
+            raise AssertionError(f"cell {grade_id} of the source notebook failed: {exc!r}") from exc
+        if grade_id == upto:
+            break
+    return namespace
+
+
+def test_notebook_solutions_agree_with_reference_impl():
+    from reference_impl.comm import allreduce, chunk_bounds, run_threads
+
+    ns = _notebook_namespace(upto="ring_allreduce")
+    rng = np.random.default_rng(7)
+    for n in range(1, 6):
+        for N in (0, 1, n - 1, n + 1, 3 * n, int(rng.integers(0, 100))):
+            assert ns["chunk_bounds"](N, n) == chunk_bounds(N, n)
+            inputs = [rng.integers(-9, 9, size=N).astype(np.int64) for _ in range(n)]
+            mine = run_threads(n, lambda c: ns["ring_allreduce"](c, inputs[c.rank]), timeout=10)
+            ref = run_threads(n, lambda c: allreduce(c, inputs[c.rank]), timeout=10)
+            for a, b in zip(mine, ref):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (n, N)
+
+
+def test_every_cell_of_the_source_notebook_passes_in_process():
+    """All visible and hidden tests pass against the solutions (the fast version of test (a))."""
+    _notebook_namespace()

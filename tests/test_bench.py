@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.bench.allreduce import bandwidths, sizes, summarise
+from reference_impl.bench.allreduce import MAX_BYTES, MIN_BYTES, summarise
+from reference_impl.bench.harness import bandwidths, sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_sizes_are_powers_of_two_from_8_bytes_to_64_mib():
-    s = sizes()
+    s = sizes(MIN_BYTES, MAX_BYTES)
     assert s[0] == 8 and s[-1] == 64 << 20 and len(s) == 24
     assert all(b == 2 * a for a, b in zip(s, s[1:]))
 

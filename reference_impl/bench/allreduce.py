@@ -18,46 +18,17 @@ Bandwidths follow nccl-tests' definitions (their PERFORMANCE.md):
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from .harness import bandwidths, emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/allreduce.json")
 MIN_BYTES, MAX_BYTES = 8, 64 << 20
 ITEM_BYTES = 4  # float32
-
-
-def sizes(min_bytes: int = MIN_BYTES, max_bytes: int = MAX_BYTES) -> list[int]:
-    """Powers of two from ``min_bytes`` to ``max_bytes`` inclusive."""
-    out, b = [], min_bytes
-    while b <= max_bytes:
-        out.append(b)
-        b *= 2
-    return out
-
-
-def repeats_for(n_bytes: int) -> int:
-    """More repeats for small messages, whose times are short and noisy."""
-    if n_bytes <= 64 << 10:
-        return 40
-    if n_bytes <= 4 << 20:
-        return 15
-    return 7
-
-
-def bandwidths(n_bytes: int, seconds: float, ranks: int) -> tuple[float, float]:
-    """(algbw, busbw) in GB/s (10^9 bytes per second), as nccl-tests defines them."""
-    algbw = n_bytes / seconds / 1e9
-    return algbw, algbw * 2 * (ranks - 1) / ranks
 
 
 # ----------------------------------------------------------------- inside the MPI job
@@ -74,83 +45,53 @@ def run_rank(byte_sizes: list[int], warmup: int) -> None:
     comm = MPICommunicator(world)
     n, rank = comm.size, comm.rank
     if rank == 0:
-        print(json.dumps({"mpi_library": MPI.Get_library_version().splitlines()[0].strip()}), flush=True)
+        emit({"mpi_library": MPI.Get_library_version().splitlines()[0].strip()})
 
-    def ours(x: Any, out: Any) -> Any:  # the caller's buffer, like MPI's receive buffer
-        return allreduce(comm, x, out=out)
-
-    def ours_fresh(x: Any, out: Any) -> Any:  # a new output array every call
-        return allreduce(comm, x)
-
-    def native(x: Any, out: Any) -> Any:
-        world.Allreduce(x, out, op=MPI.SUM)
-        return out
-
-    impls = {"ring": ours, "ring_alloc": ours_fresh, "mpi": native}
     for n_bytes in byte_sizes:
         count = n_bytes // ITEM_BYTES
         x = np.full(count, rank + 1, dtype=np.float32)
         out = np.empty_like(x)
+        impls = {
+            "ring": lambda: allreduce(comm, x, out=out),  # the caller's buffer, like MPI's recvbuf
+            "ring_alloc": lambda: allreduce(comm, x),  # a new output array every call
+            "mpi": lambda: world.Allreduce(x, out, op=MPI.SUM),
+        }
         expected = n * (n + 1) / 2
-        for fn in impls.values():  # warm-up, and check both give the right answer
+        for name, fn in impls.items():  # warm-up, and check every implementation is right
             for _ in range(warmup):
-                result = fn(x, out)
+                result = fn()
+            result = out if result is None else result
             if count and not np.all(result == expected):
-                raise AssertionError(f"rank {rank}: wrong allreduce result at {n_bytes} bytes")
-        times: dict[str, list[float]] = {name: [] for name in impls}
-        for _ in range(repeats_for(n_bytes)):
-            for name, fn in impls.items():
-                world.Barrier()
-                t0 = time.perf_counter()
-                fn(x, out)
-                elapsed = time.perf_counter() - t0
-                times[name].append(world.allreduce(elapsed, op=MPI.MAX))
+                raise AssertionError(f"rank {rank}: {name} gave a wrong allreduce at {n_bytes} bytes")
+        medians = time_interleaved(world, impls, repeats_for(n_bytes))
         if rank == 0:
-            for name, ts in times.items():
-                t = statistics.median(ts)
+            for name, t in medians.items():
                 algbw, busbw = bandwidths(n_bytes, t, n)
-                print(json.dumps({
+                emit({
                     "ranks": n, "bytes": n_bytes, "impl": name, "time_s": t,
-                    "algbw_GBps": algbw, "busbw_GBps": busbw, "repeats": len(ts),
-                }), flush=True)
+                    "algbw_GBps": algbw, "busbw_GBps": busbw, "repeats": repeats_for(n_bytes),
+                })
 
 
 # ----------------------------------------------------------------- the driver
 
 
 def _launch(ranks: int, byte_sizes: list[int], warmup: int, timeout: float, progress: Any) -> tuple[list[dict], str]:
-    """Run one ``mpiexec`` job and collect rank 0's JSON lines as they arrive."""
-    from ..comm.mpi import mpiexec_command
+    """Run one ``mpiexec`` job and collect rank 0's results as they arrive."""
+    results: list[dict] = []
+    meta: dict[str, str] = {"mpi_library": "unknown"}
 
-    cmd = mpiexec_command(
-        ranks, "-m", "reference_impl.bench.allreduce", "--worker",
-        "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(warmup),
-    )
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
-    # A watchdog kills the whole job at the deadline, even if it hangs printing nothing.
-    watchdog = threading.Timer(timeout, os.killpg, args=(proc.pid, signal.SIGKILL))
-    watchdog.start()
-    results, library = [], "unknown"
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            record = json.loads(line)
-            if "mpi_library" in record:
-                library = record["mpi_library"]
-                continue
+    def on_record(record: dict) -> None:
+        if "mpi_library" in record:
+            meta.update(record)
+        else:
             results.append(record)
             progress.update(1)
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    if proc.returncode == -signal.SIGKILL:
-        raise TimeoutError(f"allreduce benchmark on {ranks} ranks ran past {timeout:g} s and was killed")
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark job failed (exit {proc.returncode}): {' '.join(cmd)}")
-    return results, library
+
+    argv = ["-m", "reference_impl.bench.allreduce", "--worker",
+            "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(warmup)]
+    mpi_job(ranks, argv, on_record, timeout)
+    return results, meta["mpi_library"]
 
 
 def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "ring") -> dict[int, float]:
@@ -199,10 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(mpi_library=library),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
+    write_json(args.out, document)
 
     print(f"wrote {args.out}")
     print(f"{'ranks':>5}  {'bytes':>10}  busbw GB/s: {'ring':>7} {'ring_alloc':>10} {'MPI':>7}  ring/MPI")

@@ -1,0 +1,117 @@
+"""What every MPI benchmark shares: size sweeps, fair timing, the mpiexec job, the JSON file.
+
+A benchmark module has a driver (runs here, launches ``mpiexec``, writes the JSON) and a
+worker (runs on every rank, prints one JSON line per result from rank 0). The pieces:
+
+* ``time_interleaved``: implementations timed repeat by repeat in turn, so both see the
+  same machine state; a repeat is a barrier then the call, and its time is the slowest
+  rank's (a collective is done when the last rank is done);
+* ``mpi_job``: one ``mpiexec`` run, its lines streamed to a callback (progress bars),
+  killed whole by a watchdog at the deadline, so a hung job never hangs the driver;
+* ``write_json``: the result file, written atomically (temporary file + rename).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+
+def sizes(min_bytes: int, max_bytes: int) -> list[int]:
+    """Powers of two from ``min_bytes`` to ``max_bytes`` inclusive."""
+    out, b = [], min_bytes
+    while b <= max_bytes:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def repeats_for(n_bytes: int) -> int:
+    """More repeats for small messages, whose times are short and noisy."""
+    if n_bytes <= 64 << 10:
+        return 40
+    if n_bytes <= 4 << 20:
+        return 15
+    return 7
+
+
+def bandwidths(n_bytes: int, seconds: float, ranks: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s (10^9 bytes per second), as nccl-tests defines them for allreduce."""
+    algbw = n_bytes / seconds / 1e9
+    return algbw, algbw * 2 * (ranks - 1) / ranks
+
+
+def emit(record: dict[str, Any]) -> None:
+    """Worker side: one result as a JSON line on stdout, flushed at once (the driver streams it)."""
+    print(json.dumps(record), flush=True)
+
+
+def time_interleaved(world: Any, impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """Median seconds per implementation; each repeat times every implementation once, in turn.
+
+    ``world`` is an mpi4py communicator: a barrier before each call, and the slowest rank's
+    time (an MPI ``MAX`` reduction outside the timed region) is the repeat's time.
+    """
+    from mpi4py import MPI
+
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            world.Barrier()
+            t0 = time.perf_counter()
+            fn()
+            elapsed = time.perf_counter() - t0
+            times[name].append(world.allreduce(elapsed, op=MPI.MAX))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def mpi_job(
+    ranks: int,
+    argv: list[str],
+    on_record: Callable[[dict[str, Any]], None],
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> None:
+    """Run ``python -m mpi4py ARGV`` on ``ranks`` processes; call ``on_record`` per JSON line.
+
+    Raises ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole)
+    and ``RuntimeError`` if it fails.
+    """
+    from ..comm.mpi import mpiexec_command
+
+    cmd = mpiexec_command(ranks, *argv)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
+        env=None if env is None else {**os.environ, **env},
+    )
+    # A watchdog kills the whole job at the deadline, even if it hangs printing nothing.
+    watchdog = threading.Timer(timeout, os.killpg, args=(proc.pid, signal.SIGKILL))
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            on_record(json.loads(line))
+        proc.wait()
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    if proc.returncode == -signal.SIGKILL:
+        raise TimeoutError(f"benchmark job on {ranks} ranks ran past {timeout:g} s and was killed: {' '.join(cmd)}")
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark job failed (exit {proc.returncode}): {' '.join(cmd)}")
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` to ``path`` atomically: a reader sees the old file or the new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -77,15 +77,18 @@ def mpi_job(
     on_record: Callable[[dict[str, Any]], None],
     timeout: float,
     env: dict[str, str] | None = None,
+    command: Callable[..., list[str]] | None = None,
 ) -> None:
     """Run ``python -m mpi4py ARGV`` on ``ranks`` processes; call ``on_record`` per JSON line.
 
-    Raises ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole)
-    and ``RuntimeError`` if it fails.
+    ``command(ranks, *argv)`` builds the launch line (default: ``mpiexec_command``, one
+    machine; a ``VirtualCluster``'s ``mpiexec`` spreads the ranks over its hosts). Raises
+    ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole) and
+    ``RuntimeError`` if it fails.
     """
     from ..comm.mpi import mpiexec_command
 
-    cmd = mpiexec_command(ranks, *argv)
+    cmd = (command or mpiexec_command)(ranks, *argv)
     proc = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
         env=None if env is None else {**os.environ, **env},

@@ -1,0 +1,87 @@
+"""Benchmark: the same allreduce program on one host and on a (virtual) cluster.
+
+``python -m reference_impl.bench cluster`` (root: it creates network namespaces) runs the
+allreduce benchmark's worker, unchanged, in three settings for 2 and 4 ranks:
+
+* ``shared memory``: every rank on this machine, as ``make bench`` runs it;
+* ``TCP``: one rank per host of a ``VirtualCluster`` (network namespaces on a virtual
+  switch), every message through the TCP stack and a veth cable;
+* ``TCP, 1 Gbit/s``: the same with each host's link capped at 1 Gbit/s (``tc tbf``),
+  an ordinary Ethernet port.
+
+Only the launch line and two environment variables differ between them; the ratio of our
+ring to the MPI library's ``Allreduce`` is measured within each job.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..comm.virtual_cluster import ClusterUnavailable, VirtualCluster
+from .allreduce import summarise
+from .harness import mpi_job, sizes, write_json
+from .machine import machine_info
+
+DEFAULT_OUT = Path("docs/assets/bench/cluster.json")
+SETTINGS = (("shared memory", None, False), ("TCP", None, True), ("TCP, 1 Gbit/s", "1gbit", True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts, one host per rank (default 2,4)")
+    parser.add_argument("--min-bytes", type=int, default=8)
+    parser.add_argument("--max-bytes", type=int, default=16 << 20)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+
+    from tqdm import tqdm
+
+    rank_counts = [int(r) for r in args.ranks.split(",")]
+    byte_sizes = sizes(args.min_bytes, args.max_bytes)
+    worker = ["-m", "reference_impl.bench.allreduce", "--worker", "--sizes", ",".join(map(str, byte_sizes)),
+              "--warmup", "2"]
+    results: list[dict] = []
+    meta = {"mpi_library": "unknown"}
+    try:
+        with tqdm(total=len(SETTINGS) * len(rank_counts) * len(byte_sizes) * 3, desc="cluster", unit="point") as bar:
+            for name, rate, networked in SETTINGS:
+                for ranks in rank_counts:
+                    bar.set_postfix(setting=name, ranks=ranks)
+
+                    def on_record(record: dict, name: str = name) -> None:
+                        if "mpi_library" in record:
+                            meta.update(record)
+                        else:
+                            results.append({**record, "setting": name})
+                            bar.update(1)
+
+                    if networked:
+                        with VirtualCluster(hosts=ranks, rate=rate) as cluster:
+                            mpi_job(ranks, worker, on_record, args.timeout, command=cluster.mpiexec)
+                    else:
+                        mpi_job(ranks, worker, on_record, args.timeout)
+    except ClusterUnavailable as exc:
+        print(f"cluster benchmark not run: {exc}", file=sys.stderr)
+        return 2
+
+    write_json(args.out, {
+        "benchmark": "cluster",
+        "dtype": "float32",
+        "machine": machine_info(mpi_library=meta["mpi_library"]),
+        "settings": {name: {"rate": rate, "networked": networked} for name, rate, networked in SETTINGS},
+        "results": results,
+    })
+    print(f"wrote {args.out}")
+    for name, _, _ in SETTINGS:
+        rows = [r for r in results if r["setting"] == name]
+        for ranks, ratio in summarise(rows).items():
+            best = max(r["busbw_GBps"] for r in rows if r["ranks"] == ranks and r["impl"] == "mpi")
+            print(f"{name:>15}, {ranks} ranks: best MPI busbw {best:.3f} GB/s; "
+                  f"ring / MPI busbw, median over sizes >= 1 MiB = {ratio:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

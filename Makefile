@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 # Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: venv serve site test bench release clean distclean
+.PHONY: venv serve site test bench bench-cluster release clean distclean
 
 # The venv is (re)built whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -27,8 +27,13 @@ site: $(STAMP)           ## static build into site/
 test: $(STAMP)           ## the whole suite
 	$(PY) -m pytest
 
+BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism
+
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
-	$(PY) -m reference_impl.bench allreduce
+	for b in $(BENCHMARKS); do $(PY) -m reference_impl.bench $$b || exit 1; done
+
+bench-cluster: $(STAMP)  ## needs root: the same allreduce on a virtual cluster of network namespaces
+	$(PY) -m reference_impl.bench cluster
 
 release: $(STAMP)        ## learner notebooks (no solutions, no hidden tests) into exercises/release/
 	$(PY) -m grader release

@@ -317,9 +317,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, name, content, expected):
 
 def test_release_has_no_hidden_tests_and_no_solutions(runs):
     out = runs["release_out"]
-    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
-        f"{ASSIGNMENT}/ring_allreduce.ipynb"
-    ]
+    # Exactly one learner notebook per source notebook, and nothing else (no gradebook).
+    sources = sorted(str(p.relative_to(COURSE / "source")) for p in (COURSE / "source").glob("*/*.ipynb"))
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == sources
+    for path in out.rglob("*.ipynb"):
+        text = path.read_text(encoding="utf-8")
+        for marker in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "END SOLUTION"):
+            assert marker not in text, f"{marker} in {path}"
     released = read_nb(out / ASSIGNMENT / "ring_allreduce.ipynb")
     text = json.dumps(released)
     for marker in ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS", "BEGIN SOLUTION", "END SOLUTION"):

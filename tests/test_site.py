@@ -58,7 +58,7 @@ def test_math_is_mathml_and_plots_are_drawn(site: Path) -> None:
     assert "<!-- bench:" not in html, "the benchmark summary marker was not replaced"
     assert "Machine:" in html, "the benchmark summary table (with its machine line) is missing"
     text = unescape(re.sub(r"<[^>]+>", "", html))
-    source = (ROOT / "reference_impl/comm/allreduce.py").read_text(encoding="utf-8")
+    source = (ROOT / "reference_impl/comm/ring.py").read_text(encoding="utf-8")
     signature = next(line for line in source.splitlines() if line.startswith("def ring_reduce_scatter"))
     assert signature in text, "the reference code was not rendered from source"
     for plot in PLOTS:

@@ -19,6 +19,12 @@ import re
 from pathlib import Path
 
 import plot_allreduce
+import plot_alpha_beta
+import plot_cluster
+import plot_collectives
+import plot_determinism
+import plot_interconnects
+import plot_overlap
 import plotkit
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
@@ -26,7 +32,11 @@ from mkdocs.structure.files import File
 log = logging.getLogger("mkdocs.hooks.bench_plots")
 
 BENCH_URI = "assets/bench"
-PLOTTERS = {m.NAME: m.plot for m in (plot_allreduce,)}
+PLOTTERS = {
+    m.NAME: m.plot
+    for m in (plot_allreduce, plot_alpha_beta, plot_cluster, plot_collectives, plot_determinism,
+              plot_interconnects, plot_overlap)
+}
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")
 

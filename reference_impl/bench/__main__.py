@@ -3,9 +3,17 @@ from __future__ import annotations
 
 import sys
 
-from . import allreduce
+from . import allreduce, alpha_beta, cluster, collectives, determinism, interconnects, overlap
 
-BENCHMARKS = {"allreduce": allreduce.main}
+BENCHMARKS = {
+    "allreduce": allreduce.main,
+    "alpha_beta": alpha_beta.main,
+    "collectives": collectives.main,
+    "interconnects": interconnects.main,
+    "overlap": overlap.main,
+    "determinism": determinism.main,
+    "cluster": cluster.main,  # needs root: it builds a virtual cluster of network namespaces
+}
 
 
 def main(argv: list[str]) -> int:

@@ -1,112 +1,88 @@
-"""Ring allreduce: every rank ends with the element-wise reduction of every rank's array.
+"""``allreduce``: every rank ends with the element-wise reduction of every rank's array.
 
-The array is cut into ``n`` chunks (one per rank; sizes differ by at most one element).
-Two phases of ``n - 1`` steps each, every rank sending to its right neighbour and
-receiving from its left one at every step:
+One entry point, four algorithms, each in its own module because each is its own idea:
 
-1. **reduce-scatter**: at step ``s`` rank ``r`` sends chunk ``r - s`` and adds the chunk
-   ``r - s - 1`` it receives into its own copy. After ``n - 1`` steps rank ``r`` holds the
-   complete reduction of chunk ``r + 1``.
-2. **allgather**: the complete chunks travel once more round the ring, each received
-   chunk overwriting the stale copy, until every rank has every complete chunk.
+    algorithm            module                 steps            bytes sent per rank
+    ring                 ring.py                2 (p - 1)        2 (p - 1) / p * N
+    recursive_doubling   recursive_doubling.py  log2 p           log2(p) * N
+    rabenseifner         rabenseifner.py        2 log2 p         2 (p - 1) / p * N
+    tree                 tree.py                2 ceil(log2 p)   up to ceil(log2 p) * N
 
-Each rank sends ``2 (n - 1)`` chunks, i.e. ``2 (n - 1) / n`` times the array: within a
-factor ``(n - 1) / n`` of the minimum any algorithm needs, whatever ``n`` is. That is why
-its cost for large arrays is ``2 (n - 1) / n * N / bandwidth`` and does not grow with the
-number of ranks (see docs/concepts/allreduce-vs-parameter-servers.md).
-
-Only array API standard calls touch the data, so the same code runs on NumPy, CuPy and
-``array_api_strict``. One assumption goes beyond the standard: a message is received
-straight into a slice of the output (``out[lo:hi]``), which needs slicing to return a view.
-NumPy, CuPy and array_api_strict all do; it saves a copy of every chunk at every step.
+(steps and bytes for a power of two ``p``; the other rank counts add a fold, see
+recursive_doubling.py). ``algorithm="auto"`` asks the α–β–γ cost model
+(``cost_model.best_allreduce``) which one is predicted fastest for this message size and
+rank count, as MPI libraries do with their built-in thresholds. Every algorithm gives
+results exactly equal to NumPy's for integer-valued data; float sums may differ in the last
+bits between algorithms, because each adds in its own order.
 """
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, Callable
 
-from ..backend import namespace_of
-from .communicator import CommError, Communicator
+from .checks import check_input, explain_mismatch
+from .communicator import Communicator, itemsize
+from .cost_model import LinkParams, best_allreduce
+from .ops import finish
+from .rabenseifner import rabenseifner_allreduce
+from .recursive_doubling import recursive_doubling_allreduce
+from .ring import ring_allreduce
+from .tree import tree_allreduce
 
-ALGORITHMS = ("ring",)
-OPS = ("sum", "prod", "max", "min", "mean")
+IMPLEMENTATIONS: dict[str, Callable[[Communicator, Any, Any, str], None]] = {
+    "ring": ring_allreduce,
+    "recursive_doubling": recursive_doubling_allreduce,
+    "rabenseifner": rabenseifner_allreduce,
+    "tree": tree_allreduce,
+}
+ALGORITHMS = (*IMPLEMENTATIONS, "auto")
+
+# The link that "auto" assumes: ranks as processes on one multi-core host, exchanging
+# NumPy arrays through MPICommunicator and the MPI library's shared memory. The numbers
+# come from this project's own measurement, docs/assets/bench/allreduce.json (2 ranks,
+# 2-core machine): alpha from the ring's 8-byte time, 23 us for its 2 (p - 1) = 2 steps,
+# so about 11 us per step, almost all of it Python, mpi4py and NumPy call overhead (the MPI
+# library's own allreduce of 8 bytes takes 5 us); gamma from timing NumPy's in-place
+# float32 add on 4 MiB arrays, about 0.1 ns/byte; beta from the ring's 4 MiB time, 0.91 ms,
+# which is N * beta + N / 2 * gamma (2 (p - 1) / p * N = N bytes sent, N / 2 reduced), so
+# beta = 0.22 - 0.05 = 0.17 ns/byte. Another network has other numbers (e.g. 5 us and
+# 0.08 ns/byte for 100 Gb/s InfiniBand with a compiled stack): pass link= to describe it.
+AUTO_LINK = LinkParams(alpha=11e-6, beta=0.17e-9, gamma=0.1e-9)
 
 
-def chunk_bounds(n_elements: int, n_ranks: int) -> list[tuple[int, int]]:
-    """Split ``range(n_elements)`` into ``n_ranks`` contiguous ``(lo, hi)`` pieces.
+@functools.lru_cache(maxsize=4096)  # a training loop asks the same few questions every step
+def choose_algorithm(n_bytes: int, n_ranks: int, link: LinkParams = AUTO_LINK) -> str:
+    """The algorithm the cost model predicts fastest for ``n_bytes`` per rank on ``n_ranks``.
 
-    The first ``n_elements % n_ranks`` pieces get one extra element, so sizes differ by at
-    most one; pieces may be empty when there are fewer elements than ranks.
+    Depends only on values every rank agrees on (the message size and the rank count), so
+    all ranks pick the same algorithm without talking to each other. Ranks that disagree on
+    the size may pick different algorithms; the job then fails on a message that does not
+    fit or, at worst, at the communicator's timeout.
     """
-    q, extra = divmod(n_elements, n_ranks)
-    bounds = []
-    for i in range(n_ranks):
-        lo = i * q + min(i, extra)
-        bounds.append((lo, lo + q + (1 if i < extra else 0)))
-    return bounds
-
-
-def _reduce_into(op: str, xp: Any, out: Any, lo: int, hi: int, mine: Any) -> None:
-    """``out[lo:hi] = out[lo:hi] (op) mine``; sum and prod in place, with no temporary."""
-    if op in ("sum", "mean"):
-        out[lo:hi] += mine
-    elif op == "prod":
-        out[lo:hi] *= mine
-    elif op == "max":
-        out[lo:hi] = xp.maximum(out[lo:hi], mine)
-    else:
-        out[lo:hi] = xp.minimum(out[lo:hi], mine)
-
-
-def ring_reduce_scatter(
-    comm: Communicator, x: Any, out: Any, bounds: list[tuple[int, int]], op: str = "sum"
-) -> None:
-    """Phase 1: afterwards ``out``'s chunk ``(rank + 1) % size`` holds the complete reduction.
-
-    ``x`` (this rank's input, 1-D) is only read: the first step sends straight from it, and
-    every received partial result lands in ``out`` where this rank's own share is added.
-    """
-    n, r = comm.size, comm.rank
-    right, left = (r + 1) % n, (r - 1) % n
-    xp = namespace_of(x)
-    for s in range(n - 1):
-        (slo, shi), (rlo, rhi) = bounds[(r - s) % n], bounds[(r - s - 1) % n]
-        source = x if s == 0 else out  # after step 0 we forward what we just reduced
-        comm.sendrecv(source[slo:shi], right, out[rlo:rhi], left)
-        _reduce_into(op, xp, out, rlo, rhi, x[rlo:rhi])
-
-
-def ring_allgather(comm: Communicator, out: Any, bounds: list[tuple[int, int]]) -> None:
-    """Phase 2: starting from complete chunk ``rank + 1``, receive every other complete chunk."""
-    n, r = comm.size, comm.rank
-    right, left = (r + 1) % n, (r - 1) % n
-    for s in range(n - 1):
-        (slo, shi), (rlo, rhi) = bounds[(r + 1 - s) % n], bounds[(r - s) % n]
-        comm.sendrecv(out[slo:shi], right, out[rlo:rhi], left)
+    return best_allreduce(n_bytes, n_ranks, link, tuple(IMPLEMENTATIONS))
 
 
 def allreduce(
-    comm: Communicator, x: Any, algorithm: str = "ring", op: str = "sum", out: Any = None
+    comm: Communicator,
+    x: Any,
+    algorithm: str = "ring",
+    op: str = "sum",
+    out: Any = None,
+    link: LinkParams | None = None,
 ) -> Any:
     """Reduce ``x`` element-wise over all ranks with ``op``; every rank gets the result.
 
     ``x`` is any array with the same number of elements and dtype on every rank; it is not
     modified. The result has ``x``'s shape and dtype. ``out``, like MPI's receive buffer,
     is an optional 1-D array of ``x``'s size and dtype (not sharing memory with ``x``) to
-    hold the result, so a training loop can reuse one buffer every step. Integer-valued data
-    gives results exactly equal to NumPy's; float sums may differ in the last bits because
-    the ring adds in a different order.
+    hold the result, so a training loop can reuse one buffer every step. ``algorithm`` is
+    one of ``ALGORITHMS``; with ``"auto"``, ``link`` (default ``AUTO_LINK``) describes the
+    network the choice is made for. ``op`` is one of sum, prod, max, min, mean (floating
+    dtypes only). A rank whose input does not match the others' raises ``CommError``.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
-    if op not in OPS:
-        raise ValueError(f"allreduce: unknown op {op!r}; expected one of {OPS}")
-    try:
-        xp = namespace_of(x)
-    except TypeError as exc:
-        raise TypeError(f"allreduce on rank {comm.rank}: {exc}") from None
-    if op == "mean" and not xp.isdtype(x.dtype, ("real floating", "complex floating")):
-        raise TypeError(f"allreduce on rank {comm.rank}: op='mean' needs a floating dtype, got {x.dtype}")
-
+    xp = check_input(comm, x, op, "allreduce")
     flat = xp.reshape(x, (-1,))
     n_elements = flat.shape[0]
     if out is None:
@@ -116,18 +92,8 @@ def allreduce(
             f"allreduce on rank {comm.rank}: out must be a separate 1-D array of {n_elements} "
             f"{x.dtype} elements, got shape {tuple(out.shape)} and dtype {out.dtype}"
         )
-    bounds = chunk_bounds(n_elements, comm.size)
-    if comm.size == 1:
-        out[0:n_elements] = flat
-    try:
-        ring_reduce_scatter(comm, flat, out, bounds, op)
-        ring_allgather(comm, out, bounds)
-    except CommError as exc:
-        raise CommError(
-            f"allreduce on rank {comm.rank} (input of {n_elements} elements, {x.dtype}): {exc}. "
-            "Every rank must pass the same number of elements and the same dtype."
-        ) from exc
-    result = xp.reshape(out, tuple(x.shape))
-    if op == "mean":
-        result = result / comm.size
-    return result
+    if algorithm == "auto":
+        algorithm = choose_algorithm(n_elements * itemsize(x), comm.size, link or AUTO_LINK)
+    with explain_mismatch(comm, "allreduce", x, algorithm=algorithm):
+        IMPLEMENTATIONS[algorithm](comm, flat, out, op)
+    return xp.reshape(finish(op, out, comm.size), tuple(x.shape))

@@ -176,7 +176,9 @@ def run_threads(
     ]
     for t in threads:
         t.start()
-    deadline = time.monotonic() + timeout
+    # A rank blocked in a receive gives up by itself ``timeout`` after that call began, with
+    # an error naming its peer; wait a little longer than that before calling ranks stuck.
+    deadline = time.monotonic() + 1.1 * timeout + 0.05
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))
     stuck = [t.name for t in threads if t.is_alive()]
@@ -195,7 +197,14 @@ def run_threads(
 
 
 def itemsize(x: Any) -> int:
-    """Bytes per element of array ``x``, asked of its namespace (dtypes have no itemsize there)."""
+    """Bytes per element of array ``x``.
+
+    NumPy and CuPy dtypes say it directly; the array API standard's dtypes need not, so
+    otherwise the namespace is asked (``finfo``/``iinfo``), which is slower but portable.
+    """
+    known = getattr(x.dtype, "itemsize", None)
+    if isinstance(known, int):
+        return known
     xp = namespace_of(x)
     if xp.isdtype(x.dtype, "bool"):
         return 1

@@ -1,69 +1,191 @@
 """``MPICommunicator``: the ``Communicator`` interface on real processes, through mpi4py.
 
-Arrays travel with mpi4py's buffer-based calls (``Send``/``Recv``/``Sendrecv``, capital
-letters): the bytes go straight from one array's memory to the other's, with no pickling.
-Run a program that uses it with ``mpiexec -n 4 python -m mpi4py program.py``: the
-``-m mpi4py`` runner turns an uncaught exception on any rank into ``MPI_Abort``, so the job
-fails fast instead of leaving the other ranks waiting forever.
+Arrays travel with mpi4py's buffer-based calls (capital letters): the bytes go straight
+from one array's memory to the other's, with no pickling. Run a program that uses it with
+``mpiexec -n 4 python -m mpi4py program.py``: the ``-m mpi4py`` runner turns an uncaught
+exception on any rank into ``MPI_Abort``, so the whole job ends instead of leaving the
+other ranks waiting forever.
+
+Two things MPI itself does not do, added here so that a broken collective fails fast with
+a message that names the ranks involved:
+
+* **A deadline on every blocking call.** MPI's blocking ``Recv`` waits forever for a peer
+  that never sends. Here every call posts nonblocking requests (``Isend``/``Irecv``/
+  ``Ibarrier``) and polls them until ``timeout`` seconds have passed (default: the
+  ``LAB_COMM_TIMEOUT`` environment variable, else 60 s), then raises ``CommError``. Polling
+  spins for the first ``SPIN_S`` seconds, so a short message costs about what a blocking
+  call costs, then yields the CPU between polls, and after ``YIELD_S`` sleeps between
+  them, so a rank waiting for a slow peer does not take the core that peer needs.
+* **The dtype travels with the message.** MPI matches messages by source and tag and
+  checks only that they fit, so a float32 array received into an int32 buffer of the same
+  size arrives as garbage without any error. Here the tag on the wire carries a dtype code
+  in its low ``DTYPE_BITS`` bits: a receive only matches a message of its own dtype, and a
+  waiting receive that finds a message of another dtype raises ``CommError`` at once.
 """
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 from .communicator import CommError, Communicator
 
+TIMEOUT_ENV = "LAB_COMM_TIMEOUT"
+DEFAULT_TIMEOUT_S = 60.0
+SPIN_S = 5e-6  # poll without pause this long (a short message on one host takes a few us);
+# spinning longer starves the peer we wait for when there are more ranks than cores
+YIELD_S = 0.1  # then give the CPU away between polls; after this, sleep SLEEP_S per poll
+SLEEP_S = 5e-4
+DTYPES = (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+)
+DTYPE_BITS = 5  # codes 1..len(DTYPES); 0 for any other dtype
+
+
+def timeout_from_env() -> float:
+    """Seconds a blocking call may wait: ``$LAB_COMM_TIMEOUT`` if set, else 60."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+_codes: dict[Any, int] = {}  # dtype -> code; str(dtype) is too slow to run per message
+
+
+def _dtype_code(buf: Any) -> int:
+    code = _codes.get(buf.dtype)
+    if code is None:
+        name = str(buf.dtype)
+        code = _codes[buf.dtype] = DTYPES.index(name) + 1 if name in DTYPES else 0
+    return code
+
+
+def _dtype_name(code: int) -> str:
+    return DTYPES[code - 1] if 1 <= code <= len(DTYPES) else "another dtype"
+
 
 class MPICommunicator(Communicator):
-    """A ``Communicator`` over an mpi4py communicator (``MPI.COMM_WORLD`` by default)."""
+    """A ``Communicator`` over an mpi4py communicator (``MPI.COMM_WORLD`` by default).
 
-    def __init__(self, comm: Any = None):
+    ``timeout`` bounds every blocking call in seconds (default ``timeout_from_env()``).
+    """
+
+    def __init__(self, comm: Any = None, timeout: float | None = None):
         from mpi4py import MPI
 
         self._MPI = MPI
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        self.timeout = timeout_from_env() if timeout is None else float(timeout)
+        self._max_tag = self.comm.Get_attr(MPI.TAG_UB) >> DTYPE_BITS
 
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._check_peer(dest, "destination")
-        self.comm.Send(buf, dest=dest, tag=tag)
+        request = self.comm.Isend(buf, dest=dest, tag=self._wire_tag(tag, buf))
+        self._wait(send=request, dest=dest, sendbuf=buf, tag=tag)
 
     def recv(self, buf: Any, source: int, tag: int = 0) -> None:
         self._check_peer(source, "source")
-        status = self._MPI.Status()
-        self._guard(lambda: self.comm.Recv(buf, source=source, tag=tag, status=status), buf, source)
-        self._check_count(status, buf, source)
+        request = self.comm.Irecv(buf, source=source, tag=self._wire_tag(tag, buf))
+        self._wait(receive=request, source=source, recvbuf=buf, tag=tag)
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
         self._check_peer(dest, "destination")
         self._check_peer(source, "source")
-        status = self._MPI.Status()
-        self._guard(
-            lambda: self.comm.Sendrecv(
-                sendbuf, dest=dest, sendtag=tag, recvbuf=recvbuf, source=source, recvtag=tag,
-                status=status,
-            ),
-            recvbuf,
-            source,
-        )
-        self._check_count(status, recvbuf, source)
+        receive = self.comm.Irecv(recvbuf, source=source, tag=self._wire_tag(tag, recvbuf))
+        send = self.comm.Isend(sendbuf, dest=dest, tag=self._wire_tag(tag, sendbuf))
+        self._wait(send, receive, dest, sendbuf, source, recvbuf, tag)
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        self._wait(send=self.comm.Ibarrier())
 
-    def _guard(self, call: Any, buf: Any, source: int) -> None:
+    def _wire_tag(self, tag: int, buf: Any) -> int:
+        if not 0 <= tag <= self._max_tag:
+            raise ValueError(f"rank {self.rank}: tag {tag} is outside 0..{self._max_tag}")
+        return (tag << DTYPE_BITS) | _dtype_code(buf)
+
+    def _wait(
+        self, send: Any = None, receive: Any = None, dest: int | None = None, sendbuf: Any = None,
+        source: int | None = None, recvbuf: Any = None, tag: int = 0,
+    ) -> None:
+        """Poll ``send`` and ``receive`` (either may be None) until both are done or time is up.
+
+        A barrier passes its request as ``send`` with no ``dest``.
+        """
+        status = self._MPI.Status()
+        start = time.monotonic()
+        while True:
+            try:
+                if send is not None and send.Test():
+                    send = None
+                if receive is not None and receive.Test(status):
+                    self._check_count(status, recvbuf, source)
+                    receive = None
+            except self._MPI.Exception as exc:
+                self._raise_truncated(exc, recvbuf, source)
+            if send is None and receive is None:
+                return
+            waited = time.monotonic() - start
+            if waited < SPIN_S:
+                continue
+            if receive is not None:
+                self._check_dtype(receive, recvbuf, source, tag)
+            if waited > self.timeout:
+                self._give_up(send, receive, dest, sendbuf, source, tag)
+            if waited < YIELD_S:
+                os.sched_yield()
+            else:
+                time.sleep(SLEEP_S)
+
+    def _give_up(self, send: Any, receive: Any, dest: Any, sendbuf: Any, source: Any, tag: int) -> None:
+        """Raise the timeout error, naming what is still pending: which peer, which direction."""
+        pending = []
+        if receive is not None:
+            receive.Cancel()
+            pending.append(f"a message from rank {source} (tag {tag})")
+        if send is not None:
+            pending.append("the other ranks to enter the barrier" if dest is None
+                           else f"rank {dest} to take {sendbuf.nbytes} bytes (tag {tag})")
+        raise CommError(
+            f"rank {self.rank}: still waiting for {' and '.join(pending)} after {self.timeout:g} s "
+            f"(a peer that failed, never joined, or is in another collective; set {TIMEOUT_ENV} "
+            f"to wait longer)"
+        )
+
+    def _check_dtype(self, receive: Any, buf: Any, source: int, tag: int) -> None:
+        """A pending message from ``source`` with our tag but another dtype code: fail now."""
+        probe = self._MPI.Status()
+        if not self.comm.Iprobe(source=source, tag=self._MPI.ANY_TAG, status=probe):
+            return
+        wire = probe.Get_tag()
+        if wire >> DTYPE_BITS == tag and wire & ((1 << DTYPE_BITS) - 1) != _dtype_code(buf):
+            receive.Cancel()
+            raise CommError(
+                f"rank {self.rank}: message from rank {source} (tag {tag}) holds "
+                f"{_dtype_name(wire & ((1 << DTYPE_BITS) - 1))} data "
+                f"({probe.Get_count(self._MPI.BYTE)} bytes), but the receive buffer holds "
+                f"{buf.size} elements of {buf.dtype}"
+            )
+
+    def _raise_truncated(self, exc: Exception, buf: Any, source: int | None) -> None:
         """Turn MPI's truncation error (message longer than the buffer) into a clear CommError."""
-        try:
-            call()
-        except self._MPI.Exception as exc:
-            if exc.Get_error_class() == self._MPI.ERR_TRUNCATE:
-                raise CommError(
-                    f"rank {self.rank}: message from rank {source} is longer than the receive "
-                    f"buffer of {buf.size} elements ({buf.dtype})"
-                ) from None
-            raise
+        if exc.Get_error_class() == self._MPI.ERR_TRUNCATE:
+            raise CommError(
+                f"rank {self.rank}: message from rank {source} is longer than the receive "
+                f"buffer of {buf.size} elements ({buf.dtype}, {buf.nbytes} bytes)"
+            ) from None
+        raise exc
 
-    def _check_count(self, status: Any, buf: Any, source: int) -> None:
+    def _check_count(self, status: Any, buf: Any, source: int | None) -> None:
         """A shorter message than the buffer is legal in MPI; for our collectives it is a bug."""
         got = status.Get_count(self._MPI.BYTE)
         if got != buf.nbytes:

@@ -1,0 +1,255 @@
+"""Exercise 03 (recursive doubling), graded as a learner's notebook would be.
+
+Through ``python -m grader`` (the slow runs start together, once, in the module fixture):
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full
+  marks (so the hidden tests come from the gradebook, not from the learner's file);
+* a solution without the fold (right only for powers of two) gets partial marks: exactly
+  the power-of-two tests.
+
+In process (fast): every cell of the source notebook passes; a solution that gathers
+everything at rank 0 and sends the result back gets the right numbers but fails the
+traffic tests; the released notebook holds no solution and no hidden test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ASSIGNMENT = "03_recursive_doubling"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "recursive_doubling.ipynb"
+SOLUTION_CELLS = ("largest_power_of_two", "exchange", "recursive_doubling_allreduce")
+MAX_SCORE = 20.0
+POW2_TESTS = {  # what a solution without the fold must still pass, with its points
+    "test_largest_power_of_two_examples": 1, "test_exchange_example": 1,
+    "test_allreduce_pow2_examples": 1, "hidden_largest_power_of_two": 1, "hidden_exchange": 3,
+    "hidden_allreduce_pow2": 4, "hidden_traffic_pow2": 2,
+}
+FOLD_TESTS = ("test_allreduce_fold_examples", "hidden_allreduce_any", "hidden_traffic_fold")
+
+NO_FOLD = '''
+def recursive_doubling_allreduce(comm, x, op="sum"):
+    data = np.array(x, copy=True).reshape(-1)
+    exchange(comm, data, op, comm.size)  # no fold: only right when comm.size is a power of two
+    if op == "mean":
+        data /= comm.size
+    return data.reshape(np.shape(x))
+'''
+
+GATHER_AT_ROOT = '''
+def recursive_doubling_allreduce(comm, x, op="sum"):
+    data = np.array(x, copy=True).reshape(-1)
+    if comm.rank == 0:  # right answer, wrong algorithm: rank 0 receives and sends p - 1 arrays
+        incoming = np.empty_like(data)
+        for source in range(1, comm.size):
+            comm.recv(incoming, source)
+            combine(op, data, incoming)
+        for dest in range(1, comm.size):
+            comm.send(data, dest)
+    else:
+        comm.send(data, 0)
+        comm.recv(data, 0)
+    if op == "mean":
+        data /= comm.size
+    return data.reshape(np.shape(x))
+'''
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def read_nb(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def source_of(cell: dict[str, Any]) -> str:
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def grade_id(cell: dict[str, Any]) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def with_cell(nb: dict[str, Any], gid: str, text: str) -> dict[str, Any]:
+    """A copy of ``nb`` whose cell ``gid`` holds ``text``."""
+    nb = json.loads(json.dumps(nb))
+    for cell in nb["cells"]:
+        if grade_id(cell) == gid:
+            assert source_of(cell) != text, f"the edit of cell {gid} changed nothing"
+            cell["source"] = text
+            return nb
+    raise AssertionError(f"no cell {gid} in the notebook")
+
+
+def check(notebook: Path, work: Path, name: str) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-m", "grader", "check", str(notebook), "--json",
+         "--feedback-dir", str(work / f"fb-{name}")],
+        cwd=work, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def collect(proc: subprocess.Popen, timeout: float = 240) -> dict[str, Any]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{proc.args} did not finish in {timeout} s:\n{err[-3000:]}")
+    assert proc.returncode == 0, f"{proc.args} exited with {proc.returncode}:\n{err[-3000:]}"
+    return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Any]:
+    """Release once, then grade four notebooks at the same time."""
+    work = tmp_path_factory.mktemp("exercise03")
+    source = read_nb(SOURCE)
+    no_fold = with_cell(source, "recursive_doubling_allreduce", NO_FOLD)
+    (work / "no_fold").mkdir()
+    (work / "no_fold" / "recursive_doubling.ipynb").write_text(json.dumps(no_fold))
+
+    started = {  # these two need no release: start them first
+        "source": check(SOURCE, work, "source"),
+        "no_fold": check(work / "no_fold" / "recursive_doubling.ipynb", work, "no_fold"),
+    }
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    release = subprocess.run([sys.executable, "-m", "grader", "release", "--out", str(work / "release")],
+                             cwd=work, env=env, capture_output=True, text=True, timeout=240)
+    assert release.returncode == 0, release.stderr
+    released_path = work / "release" / ASSIGNMENT / "recursive_doubling.ipynb"
+    released = read_nb(released_path)
+    solved = released
+    for gid in SOLUTION_CELLS:
+        solved = with_cell(solved, gid, next(source_of(c) for c in source["cells"] if grade_id(c) == gid))
+    (work / "solved").mkdir()
+    (work / "solved" / "recursive_doubling.ipynb").write_text(json.dumps(solved))
+
+    started["released"] = check(released_path, work, "released")
+    started["solved"] = check(work / "solved" / "recursive_doubling.ipynb", work, "solved")
+    results: dict[str, Any] = {name: collect(proc) for name, proc in started.items()}
+    results["released_nb"] = released
+    return results
+
+
+def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["id"]: t for t in result["tests"]}
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert len(result["tests"]) == 10 and result["cell_errors"] == [] and result["tampered"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    result = runs["released"]
+    assert result["error"] is None and result["score"] == 0 and result["max_score"] == MAX_SCORE
+    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
+        t["hint"] for t in result["tests"]]
+
+
+def test_released_notebook_with_the_solutions_filled_in_scores_full_marks(runs):
+    result = runs["solved"]
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 6
+    assert result["tampered"] == []
+
+
+def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):
+    result = runs["no_fold"]
+    tests = by_id(result)
+    assert result["score"] == sum(POW2_TESTS.values()) and 0 < result["score"] < MAX_SCORE, result
+    for gid in POW2_TESTS:
+        assert tests[gid]["passed"], tests[gid]
+    for gid in FOLD_TESTS:
+        assert not tests[gid]["passed"] and tests[gid]["score"] == 0
+        assert "expected" in tests[gid]["hint"] and "found" in tests[gid]["hint"], tests[gid]["hint"]
+
+
+def test_release_holds_no_solution_and_no_hidden_test(runs):
+    text = json.dumps(runs["released_nb"])
+    for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "comm.recv(incoming, r + p2)",
+                   "_expected_traffic", "_ref_allreduce", "CountingCommunicator"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+    stubs = [source_of(c) for c in runs["released_nb"]["cells"]
+             if c["metadata"].get("nbgrader", {}).get("solution")]
+    assert len(stubs) == 3 and all("raise NotImplementedError()" in s for s in stubs)
+    assert runs["released_nb"]["metadata"]["lab"] == {
+        "assignment": ASSIGNMENT, "concept_page": "concepts/allreduce-algorithms.md"}
+    assert (ROOT / "docs" / "concepts" / "allreduce-algorithms.md").is_file()
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def run_cells(nb: dict[str, Any]) -> dict[str, str | None]:
+    """Run the notebook's code cells in one namespace; for each graded cell, None or its error."""
+    namespace: dict[str, Any] = {"__name__": "recursive_doubling_notebook"}
+    outcome: dict[str, str | None] = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        gid = grade_id(cell)
+        try:
+            exec(compile(source_of(cell), f"<cell {gid}>", "exec"), namespace)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a failing test cell is a result here
+            error = f"{type(exc).__name__}: {exc}"
+        if cell["metadata"]["nbgrader"].get("grade"):
+            outcome[gid] = error
+        else:
+            assert error is None, f"cell {gid} failed: {error}"
+    return outcome
+
+
+def test_every_cell_of_the_source_notebook_passes_in_process():
+    start = time.monotonic()
+    outcome = run_cells(read_nb(SOURCE))
+    assert len(outcome) == 10 and all(error is None for error in outcome.values()), outcome
+    assert time.monotonic() - start < 60  # the grader's per-cell limit is 60 s; stay far below
+
+
+def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():
+    nb = with_cell(read_nb(SOURCE), "recursive_doubling_allreduce", GATHER_AT_ROOT)
+    outcome = run_cells(nb)
+    for gid in ("test_allreduce_pow2_examples", "test_allreduce_fold_examples",
+                "hidden_allreduce_pow2", "hidden_allreduce_any"):
+        assert outcome[gid] is None, (gid, outcome[gid])
+    for gid in ("hidden_traffic_pow2", "hidden_traffic_fold"):
+        error = outcome[gid]
+        assert error is not None and "expected" in error and "found" in error, (gid, error)
+
+
+def test_the_notebook_solution_agrees_with_reference_impl():
+    from reference_impl.comm import allreduce, run_threads
+
+    ns: dict[str, Any] = {"__name__": "nb"}
+    for cell in read_nb(SOURCE)["cells"]:
+        if cell["cell_type"] == "code" and not grade_id(cell).startswith(("test_", "hidden_")):
+            exec(compile(source_of(cell), grade_id(cell), "exec"), ns)
+    rng = np.random.default_rng(3)
+    for p in range(1, 9):
+        for op in ("sum", "prod", "max", "min"):
+            length = int(rng.integers(0, 40))
+            inputs = [rng.integers(-3, 4, size=length).astype(np.int64) for _ in range(p)]
+            mine = run_threads(p, lambda c: ns["recursive_doubling_allreduce"](c, inputs[c.rank], op), timeout=10)
+            ref = run_threads(p, lambda c: allreduce(c, inputs[c.rank], algorithm="recursive_doubling", op=op),
+                              timeout=10)
+            for a, b in zip(mine, ref):
+                assert a.dtype == b.dtype and np.array_equal(a, b), (p, op)

@@ -1,0 +1,141 @@
+"""Exercise 04 (gradient bucketing with overlap), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once (as in tests/test_grader.py):
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* a solution that reduces every bucket only in ``wait()`` (right numbers, right messages,
+  no overlap) gets partial marks: exactly the overlap tests fail;
+* in process: every cell of the source notebook passes, and its bucket plan equals the
+  reference's.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_grader import ROOT, Started, cell_of, edit_cell, read_nb, source_of
+
+ASSIGNMENT = "04_gradient_bucketing"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "gradient_bucketing.ipynb"
+MAX_SCORE = 16.0
+SOLUTION_CELLS = ("plan_buckets", "GradientBucketer")
+OVERLAP_TESTS = {"test_overlap_example", "hidden_bucket_ships_when_full"}
+
+pytestmark = pytest.mark.timeout(300)
+
+# A learner's bucketer that gets the numbers right but reduces every bucket in wait().
+REDUCE_AT_THE_END = '''
+class GradientBucketer:
+    def __init__(self, comm, params, bucket_bytes):
+        self.comm, self.params = comm, params
+        order = backward_order(len(params))
+        self.buckets, self.where = [], {}
+        for positions in plan_buckets([params[i].nbytes for i in order], bucket_bytes):
+            offset = 0
+            for p in positions:
+                self.where[order[p]] = (len(self.buckets), offset)
+                offset += params[order[p]].size
+            self.buckets.append(np.empty(offset, dtype=params[0].dtype))
+
+    def add(self, index, grad):
+        b, offset = self.where[index]
+        self.buckets[b][offset:offset + grad.size] = grad.reshape(-1)
+
+    def wait(self):
+        averaged = [allreduce(self.comm, flat, op="sum") / self.comm.size for flat in self.buckets]
+        return [averaged[b][o:o + p.size].reshape(p.shape)
+                for p, (b, o) in ((p, self.where[i]) for i, p in enumerate(self.params))]
+
+    def close(self):
+        pass
+'''
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    work = tmp_path_factory.mktemp("grader04")
+    source = read_nb(SOURCE)
+    at_end = edit_cell(source, "GradientBucketer", lambda _s: REDUCE_AT_THE_END)
+    (work / "at_end").mkdir()
+    (work / "at_end" / SOURCE.name).write_text(json.dumps(at_end))
+    release_out = work / "release"
+
+    def check(name: str, notebook: Path) -> Started:
+        return Started("check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"), cwd=work)
+
+    release = Started("release", "--out", str(release_out), cwd=work)
+    started = {"source": check("source", SOURCE), "at_end": check("at_end", work / "at_end" / SOURCE.name)}
+    results = {"release": release.wait()}
+    assert results["release"].returncode == 0, results["release"].stderr
+    released = release_out / ASSIGNMENT / SOURCE.name
+    started["released"] = check("released", released)
+    solved = read_nb(released)
+    for grade_id in SOLUTION_CELLS:
+        solved = edit_cell(solved, grade_id, lambda _s, g=grade_id: source_of(cell_of(source, g)))
+    (work / "solved").mkdir()
+    (work / "solved" / SOURCE.name).write_text(json.dumps(solved))
+    started["released_solved"] = check("released_solved", work / "solved" / SOURCE.name)
+    for name, run in started.items():
+        results[name] = run.wait()
+    results["released_text"] = released.read_text(encoding="utf-8")
+    return results
+
+
+def _result(run) -> dict:
+    assert run.returncode == 0, run.stderr
+    return run.json()
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = _result(runs["source"])
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
+    assert result["score"] == MAX_SCORE, failed
+    assert len(result["tests"]) == 7 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    result = _result(runs["released"])
+    assert result["score"] == 0 and result["error"] is None
+    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
+        t["hint"] for t in result["tests"]]
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "_ref_plan", "_RefTrainer", "self.jobs.put(b)"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = _result(runs["released_solved"])
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, failed
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
+
+
+def test_reducing_everything_at_the_end_gets_partial_marks(runs):
+    result = _result(runs["at_end"])
+    by_id = {t["id"]: t for t in result["tests"]}
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in by_id.items():
+        assert test["passed"] == (test_id not in OVERLAP_TESTS), (test_id, test["hint"])
+    assert "as soon as that bucket was full" in by_id["hidden_bucket_ships_when_full"]["hint"]
+    assert "expected communication to start before backward ended" in by_id["test_overlap_example"]["hint"]
+
+
+def test_every_cell_of_the_source_notebook_passes_in_process():
+    from reference_impl.comm.bucketing import plan_buckets
+
+    namespace: dict = {"__name__": "gradient_bucketing_notebook"}
+    for cell in read_nb(SOURCE)["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile(source_of(cell), cell["metadata"]["nbgrader"]["grade_id"], "exec"), namespace)
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        sizes = [int(s) for s in rng.integers(0, 900, size=int(rng.integers(0, 12)))]
+        cap = int(rng.integers(0, 3000))
+        assert namespace["plan_buckets"](sizes, cap) == plan_buckets(sizes, cap)

@@ -18,16 +18,15 @@ module fixture ``runs``, and each test reads its result. What is checked:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from notebook_tools import (
+    ROOT, by_id, edit_cell, read_nb, replacing, run_cells, source_of, start_check, start_release,
+    with_cells_from, write_nb,
+)
 
 ASSIGNMENT = "02_alpha_beta"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "alpha_beta.ipynb"
@@ -37,55 +36,10 @@ SOLUTION_CELLS = ("pingpong", "fit_alpha_beta", "ring_allreduce_time", "recursiv
 pytestmark = pytest.mark.timeout(300)
 
 
-def read_nb(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def source_of(cell: dict[str, Any]) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def cell_of(nb: dict[str, Any], grade_id: str) -> dict[str, Any]:
-    for cell in nb["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            return cell
-    raise AssertionError(f"no cell {grade_id} in the notebook")
-
-
-def edited(nb: dict[str, Any], grade_id: str, old: str, new: str) -> dict[str, Any]:
-    """A copy of ``nb`` with ``old`` replaced by ``new`` in cell ``grade_id`` (which must contain it)."""
-    nb = json.loads(json.dumps(nb))
-    cell = cell_of(nb, grade_id)
-    assert old in source_of(cell), f"{old!r} is not in cell {grade_id}"
-    cell["source"] = source_of(cell).replace(old, new)
-    return nb
-
-
 OLS = ("design = np.stack([1 / t, m / t], axis=1)\n    (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)",
        "design = np.stack([np.ones_like(m), m], axis=1)\n    (alpha, beta), *_ = np.linalg.lstsq(design, t, rcond=None)")
 NO_FACTOR = ("2 * (p - 1) / p * n_bytes * beta", "n_bytes * beta")
 LOG_SIZE = ("design = np.stack([1 / t, m / t], axis=1)", "design = np.stack([1 / t, np.log2(np.maximum(m, 1)) / t], axis=1)")
-
-
-class Started:
-    """A ``python -m grader`` child started now, collected later (so several run at once)."""
-
-    def __init__(self, cwd: Path, *args: str):
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-        self.argv = [sys.executable, "-m", "grader", *args]
-        self.proc = subprocess.Popen(self.argv, cwd=cwd, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
-    def wait(self, timeout: float = 240) -> dict[str, Any]:
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            pytest.fail(f"{self.argv} did not finish in {timeout} s:\n{err[-3000:]}")
-        assert self.proc.returncode == 0, (self.argv, err)
-        return json.loads(out) if out.strip().startswith("{") else {"stdout": out}
 
 
 @pytest.fixture(scope="module")
@@ -93,37 +47,25 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     work = tmp_path_factory.mktemp("exercise02")
     source = read_nb(SOURCE)
     release_out = work / "release"
-    release = Started(work, "release", "--out", str(release_out))
+    release = start_release(work, release_out)
 
     notebooks = {
-        "wrong_ols_no_factor": edited(edited(source, "fit_alpha_beta", *OLS), "ring_allreduce_time", *NO_FACTOR),
+        "wrong_ols_no_factor": edit_cell(edit_cell(source, "fit_alpha_beta", replacing(*OLS)),
+                                         "ring_allreduce_time", replacing(*NO_FACTOR)),
     }
 
-    def check(name: str, notebook: Path) -> Started:
-        return Started(work, "check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"))
-
-    started = {"source": check("source", SOURCE)}
+    started = {"source": start_check(work, "source", SOURCE)}
     for name, nb in notebooks.items():
-        (work / name).mkdir()
-        path = work / name / "alpha_beta.ipynb"
-        path.write_text(json.dumps(nb))
-        started[name] = check(name, path)
-    release.wait()
+        started[name] = start_check(work, name, write_nb(work / name / "alpha_beta.ipynb", nb))
+    release.wait().ok()
     released = release_out / ASSIGNMENT / "alpha_beta.ipynb"
-    started["released"] = check("released", released)
-    solved = read_nb(released)
-    for grade_id in SOLUTION_CELLS:
-        cell_of(solved, grade_id)["source"] = source_of(cell_of(source, grade_id))
-    (work / "solved").mkdir()
-    (work / "solved" / "alpha_beta.ipynb").write_text(json.dumps(solved))
-    started["released_solved"] = check("released_solved", work / "solved" / "alpha_beta.ipynb")
-    results = {name: run.wait() for name, run in started.items()}
+    started["released"] = start_check(work, "released", released)
+    solved = write_nb(work / "solved" / "alpha_beta.ipynb",
+                      with_cells_from(read_nb(released), source, SOLUTION_CELLS))
+    started["released_solved"] = start_check(work, "released_solved", solved)
+    results = {name: run.wait().result() for name, run in started.items()}
     results["released_path"] = released
     return results
-
-
-def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["id"]: t for t in result["tests"]}
 
 
 def test_source_notebook_scores_full_marks(runs):
@@ -161,25 +103,9 @@ def test_least_squares_on_seconds_and_a_forgotten_factor_get_partial_marks(runs)
     assert "expected 0.01407 s, found 0.00807" in tests["test_ring_example"]["hint"]
 
 
-def run_cells(nb: dict[str, Any]) -> dict[str, str | None]:
-    """Every code cell of ``nb`` in one namespace, in process: {grade_id: error text or None}."""
-    namespace: dict[str, Any] = {"__name__": "alpha_beta_notebook"}
-    outcome: dict[str, str | None] = {}
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
-        try:
-            exec(compile(source_of(cell), f"<cell {grade_id}>", "exec"), namespace)
-            outcome[grade_id] = None
-        except Exception as exc:  # noqa: BLE001 - a failing test cell is the point
-            outcome[grade_id] = f"{type(exc).__name__}: {exc}"
-    return outcome
-
-
 def test_fitting_against_log_size_fails_the_fit_tests_only():
     """In process (the graded runs above show in-process outcomes are what the grader scores)."""
-    outcome = run_cells(edited(read_nb(SOURCE), "fit_alpha_beta", *LOG_SIZE))
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "fit_alpha_beta", replacing(*LOG_SIZE)))
     for failing in ("test_fit_example", "hidden_fit_exact", "hidden_fit_noisy", "hidden_end_to_end"):
         assert outcome[failing] is not None and "expected" in outcome[failing], (failing, outcome[failing])
     for passing in ("test_pingpong_example", "hidden_pingpong", "hidden_ring", "hidden_recursive_doubling"):

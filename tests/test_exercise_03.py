@@ -16,17 +16,17 @@ traffic tests; the released notebook holds no solution and no hidden test.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from notebook_tools import (
+    ROOT, by_id, edit_cell, notebook_namespace, read_nb, run_cells, source_of, start_check, start_release,
+    with_cells_from, write_nb,
+)
+
 ASSIGNMENT = "03_recursive_doubling"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "recursive_doubling.ipynb"
 SOLUTION_CELLS = ("largest_power_of_two", "exchange", "recursive_doubling_allreduce")
@@ -68,84 +68,29 @@ def recursive_doubling_allreduce(comm, x, op="sum"):
 pytestmark = pytest.mark.timeout(300)
 
 
-def read_nb(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def source_of(cell: dict[str, Any]) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def grade_id(cell: dict[str, Any]) -> str | None:
-    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
-
-
-def with_cell(nb: dict[str, Any], gid: str, text: str) -> dict[str, Any]:
-    """A copy of ``nb`` whose cell ``gid`` holds ``text``."""
-    nb = json.loads(json.dumps(nb))
-    for cell in nb["cells"]:
-        if grade_id(cell) == gid:
-            assert source_of(cell) != text, f"the edit of cell {gid} changed nothing"
-            cell["source"] = text
-            return nb
-    raise AssertionError(f"no cell {gid} in the notebook")
-
-
-def check(notebook: Path, work: Path, name: str) -> subprocess.Popen:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return subprocess.Popen(
-        [sys.executable, "-m", "grader", "check", str(notebook), "--json",
-         "--feedback-dir", str(work / f"fb-{name}")],
-        cwd=work, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-
-
-def collect(proc: subprocess.Popen, timeout: float = 240) -> dict[str, Any]:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"{proc.args} did not finish in {timeout} s:\n{err[-3000:]}")
-    assert proc.returncode == 0, f"{proc.args} exited with {proc.returncode}:\n{err[-3000:]}"
-    return json.loads(out)
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Any]:
     """Release once, then grade four notebooks at the same time."""
     work = tmp_path_factory.mktemp("exercise03")
     source = read_nb(SOURCE)
-    no_fold = with_cell(source, "recursive_doubling_allreduce", NO_FOLD)
-    (work / "no_fold").mkdir()
-    (work / "no_fold" / "recursive_doubling.ipynb").write_text(json.dumps(no_fold))
+    no_fold = write_nb(work / "no_fold" / "recursive_doubling.ipynb",
+                       edit_cell(source, "recursive_doubling_allreduce", NO_FOLD))
 
     started = {  # these two need no release: start them first
-        "source": check(SOURCE, work, "source"),
-        "no_fold": check(work / "no_fold" / "recursive_doubling.ipynb", work, "no_fold"),
+        "source": start_check(work, "source", SOURCE),
+        "no_fold": start_check(work, "no_fold", no_fold),
     }
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    release = subprocess.run([sys.executable, "-m", "grader", "release", "--out", str(work / "release")],
-                             cwd=work, env=env, capture_output=True, text=True, timeout=240)
-    assert release.returncode == 0, release.stderr
+    start_release(work, work / "release").wait().ok()
     released_path = work / "release" / ASSIGNMENT / "recursive_doubling.ipynb"
     released = read_nb(released_path)
-    solved = released
-    for gid in SOLUTION_CELLS:
-        solved = with_cell(solved, gid, next(source_of(c) for c in source["cells"] if grade_id(c) == gid))
-    (work / "solved").mkdir()
-    (work / "solved" / "recursive_doubling.ipynb").write_text(json.dumps(solved))
+    solved = write_nb(work / "solved" / "recursive_doubling.ipynb",
+                      with_cells_from(released, source, SOLUTION_CELLS))
 
-    started["released"] = check(released_path, work, "released")
-    started["solved"] = check(work / "solved" / "recursive_doubling.ipynb", work, "solved")
-    results: dict[str, Any] = {name: collect(proc) for name, proc in started.items()}
+    started["released"] = start_check(work, "released", released_path)
+    started["solved"] = start_check(work, "solved", solved)
+    results: dict[str, Any] = {name: run.wait().result() for name, run in started.items()}
     results["released_nb"] = released
     return results
-
-
-def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {t["id"]: t for t in result["tests"]}
 
 
 def test_source_notebook_scores_full_marks(runs):
@@ -198,26 +143,6 @@ def test_release_holds_no_solution_and_no_hidden_test(runs):
 # --------------------------------------------------------------------------- in process
 
 
-def run_cells(nb: dict[str, Any]) -> dict[str, str | None]:
-    """Run the notebook's code cells in one namespace; for each graded cell, None or its error."""
-    namespace: dict[str, Any] = {"__name__": "recursive_doubling_notebook"}
-    outcome: dict[str, str | None] = {}
-    for cell in nb["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        gid = grade_id(cell)
-        try:
-            exec(compile(source_of(cell), f"<cell {gid}>", "exec"), namespace)
-            error = None
-        except Exception as exc:  # noqa: BLE001 - a failing test cell is a result here
-            error = f"{type(exc).__name__}: {exc}"
-        if cell["metadata"]["nbgrader"].get("grade"):
-            outcome[gid] = error
-        else:
-            assert error is None, f"cell {gid} failed: {error}"
-    return outcome
-
-
 def test_every_cell_of_the_source_notebook_passes_in_process():
     start = time.monotonic()
     outcome = run_cells(read_nb(SOURCE))
@@ -226,7 +151,7 @@ def test_every_cell_of_the_source_notebook_passes_in_process():
 
 
 def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():
-    nb = with_cell(read_nb(SOURCE), "recursive_doubling_allreduce", GATHER_AT_ROOT)
+    nb = edit_cell(read_nb(SOURCE), "recursive_doubling_allreduce", GATHER_AT_ROOT)
     outcome = run_cells(nb)
     for gid in ("test_allreduce_pow2_examples", "test_allreduce_fold_examples",
                 "hidden_allreduce_pow2", "hidden_allreduce_any"):
@@ -239,10 +164,7 @@ def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():
 def test_the_notebook_solution_agrees_with_reference_impl():
     from reference_impl.comm import allreduce, run_threads
 
-    ns: dict[str, Any] = {"__name__": "nb"}
-    for cell in read_nb(SOURCE)["cells"]:
-        if cell["cell_type"] == "code" and not grade_id(cell).startswith(("test_", "hidden_")):
-            exec(compile(source_of(cell), grade_id(cell), "exec"), ns)
+    ns = notebook_namespace(read_nb(SOURCE), skip=("test_", "hidden_"))
     rng = np.random.default_rng(3)
     for p in range(1, 9):
         for op in ("sum", "prod", "max", "min"):

@@ -13,13 +13,12 @@ What is checked, with the grader runs started together once (as in tests/test_gr
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from test_grader import ROOT, Started, cell_of, edit_cell, read_nb, source_of
+from notebook_tools import (
+    ROOT, by_id, edit_cell, notebook_namespace, read_nb, start_check, start_release, with_cells_from, write_nb,
+)
 
 ASSIGNMENT = "04_gradient_bucketing"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "gradient_bucketing.ipynb"
@@ -61,39 +60,25 @@ class GradientBucketer:
 def runs(tmp_path_factory):
     work = tmp_path_factory.mktemp("grader04")
     source = read_nb(SOURCE)
-    at_end = edit_cell(source, "GradientBucketer", lambda _s: REDUCE_AT_THE_END)
-    (work / "at_end").mkdir()
-    (work / "at_end" / SOURCE.name).write_text(json.dumps(at_end))
+    at_end = write_nb(work / "at_end" / SOURCE.name, edit_cell(source, "GradientBucketer", REDUCE_AT_THE_END))
     release_out = work / "release"
 
-    def check(name: str, notebook: Path) -> Started:
-        return Started("check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"), cwd=work)
-
-    release = Started("release", "--out", str(release_out), cwd=work)
-    started = {"source": check("source", SOURCE), "at_end": check("at_end", work / "at_end" / SOURCE.name)}
-    results = {"release": release.wait()}
-    assert results["release"].returncode == 0, results["release"].stderr
+    release = start_release(work, release_out)
+    started = {"source": start_check(work, "source", SOURCE), "at_end": start_check(work, "at_end", at_end)}
+    results = {"release": release.wait().ok()}
     released = release_out / ASSIGNMENT / SOURCE.name
-    started["released"] = check("released", released)
-    solved = read_nb(released)
-    for grade_id in SOLUTION_CELLS:
-        solved = edit_cell(solved, grade_id, lambda _s, g=grade_id: source_of(cell_of(source, g)))
-    (work / "solved").mkdir()
-    (work / "solved" / SOURCE.name).write_text(json.dumps(solved))
-    started["released_solved"] = check("released_solved", work / "solved" / SOURCE.name)
+    started["released"] = start_check(work, "released", released)
+    solved = write_nb(work / "solved" / SOURCE.name,
+                      with_cells_from(read_nb(released), source, SOLUTION_CELLS))
+    started["released_solved"] = start_check(work, "released_solved", solved)
     for name, run in started.items():
         results[name] = run.wait()
     results["released_text"] = released.read_text(encoding="utf-8")
     return results
 
 
-def _result(run) -> dict:
-    assert run.returncode == 0, run.stderr
-    return run.json()
-
-
 def test_source_notebook_scores_full_marks(runs):
-    result = _result(runs["source"])
+    result = runs["source"].result()
     failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
     assert result["score"] == MAX_SCORE, failed
@@ -101,7 +86,7 @@ def test_source_notebook_scores_full_marks(runs):
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
-    result = _result(runs["released"])
+    result = runs["released"].result()
     assert result["score"] == 0 and result["error"] is None
     assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
         t["hint"] for t in result["tests"]]
@@ -111,29 +96,26 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_released_notebook_with_solutions_scores_full_marks(runs):
-    result = _result(runs["released_solved"])
+    result = runs["released_solved"].result()
     failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
     assert result["score"] == MAX_SCORE, failed
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
 
 
 def test_reducing_everything_at_the_end_gets_partial_marks(runs):
-    result = _result(runs["at_end"])
-    by_id = {t["id"]: t for t in result["tests"]}
+    result = runs["at_end"].result()
+    tests = by_id(result)
     assert 0 < result["score"] < MAX_SCORE
-    for test_id, test in by_id.items():
+    for test_id, test in tests.items():
         assert test["passed"] == (test_id not in OVERLAP_TESTS), (test_id, test["hint"])
-    assert "as soon as that bucket was full" in by_id["hidden_bucket_ships_when_full"]["hint"]
-    assert "expected communication to start before backward ended" in by_id["test_overlap_example"]["hint"]
+    assert "as soon as that bucket was full" in tests["hidden_bucket_ships_when_full"]["hint"]
+    assert "expected communication to start before backward ended" in tests["test_overlap_example"]["hint"]
 
 
 def test_every_cell_of_the_source_notebook_passes_in_process():
     from reference_impl.comm.bucketing import plan_buckets
 
-    namespace: dict = {"__name__": "gradient_bucketing_notebook"}
-    for cell in read_nb(SOURCE)["cells"]:
-        if cell["cell_type"] == "code":
-            exec(compile(source_of(cell), cell["metadata"]["nbgrader"]["grade_id"], "exec"), namespace)
+    namespace = notebook_namespace(read_nb(SOURCE))
     rng = np.random.default_rng(3)
     for _ in range(100):
         sizes = [int(s) for s in rng.integers(0, 900, size=int(rng.integers(0, 12)))]

@@ -17,110 +17,31 @@ and each test reads its run's result. What is checked:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from notebook_tools import (
+    ROOT, by_id, edit_cell, grader_argv, grader_env, notebook_namespace, read_nb, source_of, start_check,
+    start_release, with_cells_from, write_nb,
+)
+
 COURSE = ROOT / "exercises"
 ASSIGNMENT = "01_ring_allreduce"
 SOURCE = COURSE / "source" / ASSIGNMENT / "ring_allreduce.ipynb"
 MAX_SCORE = 25.0
 CELL_TIMEOUT = 3
 WALL_TIMEOUT = 15
+SOLUTION_CELLS = ("chunk_bounds", "reduce_scatter", "allgather")
 
 pytestmark = pytest.mark.timeout(300)
 
 
-# --------------------------------------------------------------------------- helpers
-
-
-def grader_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "grader", *args]
-
-
-def grader_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    env.update(extra)
-    return env
-
-
-def read_nb(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def source_of(cell: dict[str, Any]) -> str:
-    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-
-
-def edit_cell(nb: dict[str, Any], grade_id: str, edit) -> dict[str, Any]:
-    """A copy of ``nb`` with the source of the cell ``grade_id`` replaced by ``edit(source)``."""
-    nb = json.loads(json.dumps(nb))
-    for cell in nb["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            new = edit(source_of(cell))
-            assert new != source_of(cell), f"the edit of cell {grade_id} changed nothing"
-            cell["source"] = new
-            return nb
-    raise AssertionError(f"no cell {grade_id} in the notebook")
-
-
-SOLUTION_CELLS = ("chunk_bounds", "reduce_scatter", "allgather")
-
-
-def cell_of(nb: dict[str, Any], grade_id: str) -> dict[str, Any]:
-    for cell in nb["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
-            return cell
-    raise AssertionError(f"no cell {grade_id} in the notebook")
-
-
 def snapshot(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts}
-
-
-@dataclass
-class Run:
-    """One finished ``python -m grader`` child process."""
-
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    seconds: float
-
-    def json(self) -> dict[str, Any]:
-        assert self.stdout.strip(), f"no output from {self.argv}; stderr:\n{self.stderr}"
-        return json.loads(self.stdout)
-
-
-class Started:
-    """A ``python -m grader`` child started now, collected later (so several run at once)."""
-
-    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None):
-        self.argv = grader_argv(*args)
-        self.start = time.monotonic()
-        self.proc = subprocess.Popen(
-            self.argv, cwd=cwd, env=env or grader_env(), text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )
-
-    def wait(self, timeout: float = 240) -> Run:
-        try:
-            out, err = self.proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            out, err = self.proc.communicate()
-            pytest.fail(f"{self.argv} did not finish in {timeout} s:\n{err[-3000:]}")
-        return Run(self.argv, self.proc.returncode, out, err, time.monotonic() - self.start)
 
 
 # --------------------------------------------------------------------------- the runs
@@ -135,43 +56,32 @@ def runs(tmp_path_factory) -> dict[str, Any]:
 
     # (c) an off-by-one in the remainder handling, plus a locked test the learner "fixed".
     off_by_one = edit_cell(source, "chunk_bounds", lambda s: s.replace("r < extra", "r < extra - 1"))
-    off_by_one = edit_cell(off_by_one, "test_chunk_bounds_examples", lambda s: "pass  # tests are for others\n")
+    off_by_one = edit_cell(off_by_one, "test_chunk_bounds_examples", "pass  # tests are for others\n")
     # (d) a solution cell that never ends.
     hanging = edit_cell(source, "reduce_scatter", lambda s: "while True:\n    pass\n\n" + s)
-    notebooks = {"off_by_one": off_by_one, "hanging": hanging}
-    for name, nb in notebooks.items():
-        (work / name).mkdir()
-        (work / name / "ring_allreduce.ipynb").write_text(json.dumps(nb))
+    off_by_one_path = write_nb(work / "off_by_one" / "ring_allreduce.ipynb", off_by_one)
+    hanging_path = write_nb(work / "hanging" / "ring_allreduce.ipynb", hanging)
 
     release_out = work / "release"
-    release = Started("release", "--out", str(release_out), cwd=work)
+    release = start_release(work, release_out)
     kernel_tmp = work / "wall-tmp"  # the wall-clock run's scratch folders live here
     kernel_tmp.mkdir()
 
-    def check(name: str, notebook: Path, *extra: str, env=None) -> Started:
-        return Started("check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"),
-                       *extra, cwd=work, env=env)
-
     started = {
-        "source": check("source", SOURCE),
-        "off_by_one": check("off_by_one", work / "off_by_one" / "ring_allreduce.ipynb"),
-        "hang_cell": check("hang_cell", work / "hanging" / "ring_allreduce.ipynb",
-                           "--cell-timeout", str(CELL_TIMEOUT)),
-        "hang_wall": check("hang_wall", work / "hanging" / "ring_allreduce.ipynb",
-                           "--timeout", str(WALL_TIMEOUT), env=grader_env(TMPDIR=str(kernel_tmp))),
+        "source": start_check(work, "source", SOURCE),
+        "off_by_one": start_check(work, "off_by_one", off_by_one_path),
+        "hang_cell": start_check(work, "hang_cell", hanging_path, "--cell-timeout", str(CELL_TIMEOUT)),
+        "hang_wall": start_check(work, "hang_wall", hanging_path, "--timeout", str(WALL_TIMEOUT),
+                                 env=grader_env(TMPDIR=str(kernel_tmp))),
     }
-    results: dict[str, Any] = {"release": release.wait(), "release_out": release_out, "work": work}
-    assert results["release"].returncode == 0, results["release"].stderr
+    results: dict[str, Any] = {"release": release.wait().ok(), "release_out": release_out, "work": work}
     released_nb = release_out / ASSIGNMENT / "ring_allreduce.ipynb"
-    started["released"] = check("released", released_nb)
+    started["released"] = start_check(work, "released", released_nb)
     # (a') the learner's path: the released notebook (no hidden tests in it) with the
     # solution cells filled in must score full marks, so hidden tests come from the gradebook.
-    solved = read_nb(released_nb)
-    for grade_id in SOLUTION_CELLS:
-        solved = edit_cell(solved, grade_id, lambda _s, g=grade_id: source_of(cell_of(source, g)))
-    (work / "solved").mkdir()
-    (work / "solved" / "ring_allreduce.ipynb").write_text(json.dumps(solved))
-    started["released_solved"] = check("released_solved", work / "solved" / "ring_allreduce.ipynb")
+    solved = write_nb(work / "solved" / "ring_allreduce.ipynb",
+                      with_cells_from(read_nb(released_nb), source, SOLUTION_CELLS))
+    started["released_solved"] = start_check(work, "released_solved", solved)
     for name, run in started.items():
         results[name] = run.wait()
     results["kernel_tmp"] = kernel_tmp
@@ -229,18 +139,18 @@ def test_off_by_one_chunk_bounds_gets_partial_marks(runs):
     assert run.returncode == 0, run.stderr
     result = run.json()
     assert 0 < result["score"] < result["max_score"], result
-    by_id = {t["id"]: t for t in result["tests"]}
+    tests = by_id(result)
     # Even splits still work; uneven ones do not.
     for passing in ("hidden_reduce_scatter", "hidden_allgather", "hidden_allreduce_even",
                     "hidden_traffic_per_rank"):
-        assert by_id[passing]["passed"], by_id[passing]
+        assert tests[passing]["passed"], tests[passing]
     for failing in ("hidden_chunk_bounds", "hidden_allreduce_any", "hidden_traffic_total"):
-        assert not by_id[failing]["passed"] and by_id[failing]["score"] == 0
-    hint = by_id["hidden_chunk_bounds"]["hint"]
+        assert not tests[failing]["passed"] and tests[failing]["score"] == 0
+    hint = tests["hidden_chunk_bounds"]["hint"]
     assert "expected" in hint and "found" in hint, hint
     # The rewritten locked test was graded with its original text, and reported.
-    assert not by_id["test_chunk_bounds_examples"]["passed"]
-    assert "chunk_bounds(10, 3)" in by_id["test_chunk_bounds_examples"]["hint"]
+    assert not tests["test_chunk_bounds_examples"]["passed"]
+    assert "chunk_bounds(10, 3)" in tests["test_chunk_bounds_examples"]["hint"]
     assert result["tampered"] == ["test_chunk_bounds_examples"]
 
 
@@ -357,26 +267,10 @@ def test_release_leak_check_catches_solution_code():
 # --------------------------------------------------------------------------- the notebook itself
 
 
-def _notebook_namespace(upto: str | None = None) -> dict[str, Any]:
-    """Run the source notebook's code cells in one namespace (no kernel), up to cell ``upto``."""
-    namespace: dict[str, Any] = {"__name__": "ring_allreduce_notebook"}
-    for cell in read_nb(SOURCE)["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        grade_id = cell["metadata"]["nbgrader"]["grade_id"]
-        try:
-            exec(compile(source_of(cell), f"<cell {grade_id}>", "exec"), namespace)
-        except Exception as exc:
-            raise AssertionError(f"cell {grade_id} of the source notebook failed: {exc!r}") from exc
-        if grade_id == upto:
-            break
-    return namespace
-
-
 def test_notebook_solutions_agree_with_reference_impl():
     from reference_impl.comm import allreduce, chunk_bounds, run_threads
 
-    ns = _notebook_namespace(upto="ring_allreduce")
+    ns = notebook_namespace(read_nb(SOURCE), upto="ring_allreduce")
     rng = np.random.default_rng(7)
     for n in range(1, 6):
         for N in (0, 1, n - 1, n + 1, 3 * n, int(rng.integers(0, 100))):
@@ -390,4 +284,4 @@ def test_notebook_solutions_agree_with_reference_impl():
 
 def test_every_cell_of_the_source_notebook_passes_in_process():
     """All visible and hidden tests pass against the solutions (the fast version of test (a))."""
-    _notebook_namespace()
+    notebook_namespace(read_nb(SOURCE))

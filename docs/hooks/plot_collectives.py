@@ -84,7 +84,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         ax.legend(loc="lower right", fontsize=8)
         figures[f"busbw-{ranks}"] = svg(fig)
 
-        fig, ax = figure(f"Prediction from the fitted {link_text}. Measured on {machine}")
+        fig, ax = figure(f"Measured on {machine}")
         for i, algorithm in enumerate(OURS):
             measured = times.get((algorithm, ranks), {})
             xs = sorted(measured)
@@ -95,7 +95,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         size_axis(ax, sizes)
         ax.set_yscale("log")
         ax.set_ylabel("time per allreduce (s, log scale)")
-        ax.set_title(f"Measured against the α–β–γ model, {ranks} ranks")
+        ax.set_title(f"Measured against the α–β–γ model, {ranks} ranks\n(fitted by ping-pong: {link_text})", fontsize=9)
         ax.legend(loc="upper left", fontsize=7, ncol=2)
         figures[f"predicted-{ranks}"] = svg(fig)
 

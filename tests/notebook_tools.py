@@ -1,0 +1,208 @@
+"""Helpers for the tests that grade the exercise notebooks end to end (tests/test_grader.py,
+tests/test_exercise_*.py): read and edit notebooks, run ``python -m grader`` as child
+processes (several at once), and execute a notebook's cells in process.
+
+Not a test module (its name does not start with ``test_``); the tests import it as
+``from notebook_tools import ...``, tests/ being on ``sys.path`` as for ``conftest``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import pytest
+
+from conftest import ROOT
+
+# --------------------------------------------------------------------------- notebooks
+
+
+def read_nb(path: Path) -> dict[str, Any]:
+    """The notebook at ``path``, as parsed JSON."""
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_nb(path: Path, nb: dict[str, Any]) -> Path:
+    """Write ``nb`` to ``path`` (creating its folder) and return ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def source_of(cell: dict[str, Any]) -> str:
+    """A cell's source as one string (notebooks store it as a string or a list of lines)."""
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def grade_id(cell: dict[str, Any]) -> str | None:
+    """A cell's nbgrader ``grade_id``, or None if it has none."""
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def cell_of(nb: dict[str, Any], gid: str) -> dict[str, Any]:
+    """The cell of ``nb`` whose grade_id is ``gid`` (AssertionError if there is none)."""
+    for cell in nb["cells"]:
+        if grade_id(cell) == gid:
+            return cell
+    raise AssertionError(f"no cell {gid} in the notebook")
+
+
+def edit_cell(nb: dict[str, Any], gid: str, edit: str | Callable[[str], str]) -> dict[str, Any]:
+    """A copy of ``nb`` whose cell ``gid`` holds ``edit(source)``, or ``edit`` itself if it is a string.
+
+    The edit must change the cell (AssertionError otherwise); ``nb`` is left as it was.
+    """
+    nb = json.loads(json.dumps(nb))
+    cell = cell_of(nb, gid)
+    old = source_of(cell)
+    new = edit if isinstance(edit, str) else edit(old)
+    assert new != old, f"the edit of cell {gid} changed nothing"
+    cell["source"] = new
+    return nb
+
+
+def replacing(old: str, new: str) -> Callable[[str], str]:
+    """An edit for :func:`edit_cell`: replace ``old`` by ``new``, which the cell must contain."""
+
+    def edit(source: str) -> str:
+        assert old in source, f"{old!r} is not in the cell:\n{source}"
+        return source.replace(old, new)
+
+    return edit
+
+
+def with_cells_from(nb: dict[str, Any], source: dict[str, Any], gids: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``nb`` whose cells ``gids`` hold their text in ``source`` (a released notebook,
+    filled in with the source's solutions, is what a learner who got everything right hands in)."""
+    for gid in gids:
+        nb = edit_cell(nb, gid, source_of(cell_of(source, gid)))
+    return nb
+
+
+# --------------------------------------------------------------------------- python -m grader
+
+
+def grader_argv(*args: str) -> list[str]:
+    """The command line of ``python -m grader ARGS``."""
+    return [sys.executable, "-m", "grader", *args]
+
+
+def grader_env(**extra: str) -> dict[str, str]:
+    """This process's environment, with the repository root first on PYTHONPATH, plus ``extra``."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Run:
+    """One finished ``python -m grader`` child process."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def json(self) -> dict[str, Any]:
+        """What the run printed (``--json``), parsed."""
+        assert self.stdout.strip(), f"no output from {self.argv}; stderr:\n{self.stderr}"
+        return json.loads(self.stdout)
+
+    def ok(self) -> Run:
+        """This run, which must have exited 0 (AssertionError with its stderr otherwise)."""
+        assert self.returncode == 0, f"{self.argv} exited with {self.returncode}:\n{self.stderr[-3000:]}"
+        return self
+
+    def result(self) -> dict[str, Any]:
+        """:meth:`json` of a run that must have exited 0."""
+        return self.ok().json()
+
+
+class Started:
+    """A ``python -m grader`` child started now, collected later (so several run at once)."""
+
+    def __init__(self, *args: str, cwd: Path, env: dict[str, str] | None = None):
+        self.argv = grader_argv(*args)
+        self.start = time.monotonic()
+        self.proc = subprocess.Popen(
+            self.argv, cwd=cwd, env=env or grader_env(), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+
+    def wait(self, timeout: float = 240) -> Run:
+        """Wait for the child (the test fails if it takes over ``timeout`` seconds)."""
+        try:
+            out, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, err = self.proc.communicate()
+            pytest.fail(f"{self.argv} did not finish in {timeout} s:\n{err[-3000:]}")
+        return Run(self.argv, self.proc.returncode, out, err, time.monotonic() - self.start)
+
+
+def start_release(work: Path, out: Path) -> Started:
+    """Start ``grader release --out OUT`` in ``work``."""
+    return Started("release", "--out", str(out), cwd=work)
+
+
+def start_check(work: Path, name: str, notebook: Path, *extra: str,
+                env: dict[str, str] | None = None) -> Started:
+    """Start ``grader check NOTEBOOK --json EXTRA`` in ``work``, its feedback going to ``work/fb-NAME``."""
+    return Started("check", str(notebook), "--json", "--feedback-dir", str(work / f"fb-{name}"),
+                   *extra, cwd=work, env=env)
+
+
+def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tests of a grader result, by id."""
+    return {t["id"]: t for t in result["tests"]}
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def run_cells(nb: dict[str, Any], *, strict: bool = False, upto: str | None = None,
+              skip: tuple[str, ...] = (), namespace: dict[str, Any] | None = None) -> dict[str, str | None]:
+    """Execute the code cells of ``nb`` in order in one namespace, in process (no kernel).
+
+    Returns {grade_id: None, or "ExcType: message"} for each graded (test) cell. A cell that is
+    not graded (set-up, solution) must run cleanly, and with ``strict`` every cell must: the first
+    that fails raises AssertionError. ``upto``: stop after that cell; ``skip``: grade_id prefixes
+    of cells not to run; ``namespace``: the dict to run in (filled in place).
+    """
+    namespace = {"__name__": "notebook"} if namespace is None else namespace
+    outcome: dict[str, str | None] = {}
+    for cell in nb["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        gid = grade_id(cell)
+        if gid is not None and gid.startswith(skip):
+            continue
+        graded = bool(cell.get("metadata", {}).get("nbgrader", {}).get("grade"))
+        try:
+            exec(compile(source_of(cell), f"<cell {gid}>", "exec"), namespace)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - a failing test cell is a result here
+            if strict or not graded:
+                raise AssertionError(f"cell {gid} failed: {exc!r}") from exc
+            error = f"{type(exc).__name__}: {exc}"
+        if graded:
+            outcome[gid] = error
+        if gid == upto:
+            break
+    return outcome
+
+
+def notebook_namespace(nb: dict[str, Any], *, upto: str | None = None,
+                       skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The names ``nb``'s code cells define, run as :func:`run_cells` ``strict`` (every cell must pass)."""
+    namespace: dict[str, Any] = {"__name__": "notebook"}
+    run_cells(nb, strict=True, upto=upto, skip=skip, namespace=namespace)
+    return namespace

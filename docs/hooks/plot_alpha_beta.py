@@ -24,15 +24,6 @@ FIT_KEYS = ("alpha_s", "beta_s_per_byte", "gamma_s_per_byte", "n_half_bytes", "r
             "max_relative_error", "bandwidth_GBps", "reduction_GBps")
 
 
-def about_bytes(n_bytes: float) -> str:
-    """A size to three significant digits: 16907 -> '16.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n_bytes < 1024 or unit == "GiB":
-            return f"{n_bytes:.3g} {unit}"
-        n_bytes /= 1024
-    raise AssertionError("unreachable")
-
-
 def _positive(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
@@ -79,7 +70,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
                   f"({fit['bandwidth_GBps']:.2f} GB/s)")
     ax.axhline(alpha, color="C1", linestyle=":", linewidth=1.0, label="latency α alone")
     ax.axvline(n_half, color="0.4", linestyle="--", linewidth=1.0,
-               label=f"n½ = α/β = {about_bytes(n_half)}: half the time is latency")
+               label=f"n½ = α/β = {human_bytes(n_half, digits=3)}: half the time is latency")
     ax.set_yscale("log")
     size_axis(ax, xs)
     ax.set_xlabel("message size (bytes, log scale)")
@@ -123,7 +114,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         "|---|---:|---|",
         f"| α | {human_time(alpha)} | one-way latency of a message (Python + mpi4py + MPI shared memory) |",
         f"| β | {beta * 1e9:.4g} ns/byte | {fit['bandwidth_GBps']:.2f} GB/s for large messages |",
-        f"| n½ = α/β | {about_bytes(n_half)} | below this size, latency is more than half the time |",
+        f"| n½ = α/β | {human_bytes(n_half, digits=3)} | below this size, latency is more than half the time |",
         f"| γ | {gamma * 1e9:.4g} ns/byte | {fit['reduction_GBps']:.2f} GB/s of float32 `a += b` |",
         f"| fit quality | R² = {fit['r_squared']:.4f} | worst ping-pong point {fit['max_relative_error']:.0%} off the line |",
         "",

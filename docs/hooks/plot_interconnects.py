@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-from plot_alpha_beta import about_bytes
 from plotkit import bad, date_text, figure, human_bytes, human_time, size_axis, svg
 
 NAME = "interconnects"
@@ -146,7 +145,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         times = " | ".join(human_time(s[b]) for b in show)
         ups = " | ".join(f"{base[b] / s[b]:.1f}×" for b in show)
         lines.append(f"| {name} | {p['link_gbps']:g} Gb/s | {human_time(p['latency_s'])} | "
-                     f"{about_bytes(n_half)} | {about_bytes(RANKS * n_half)} | {times} | {ups} |")
+                     f"{human_bytes(n_half, digits=3)} | {human_bytes(RANKS * n_half, digits=3)} | {times} | {ups} |")
     sim = [r for r in rows if r["kind"] == "simulated"]
     if sim:
         sim_ranks = sorted({r["ranks"] for r in sim})

@@ -44,11 +44,11 @@ def check_rows(path: Path, data: dict[str, Any], keys: dict[str, Any]) -> list[d
     return rows
 
 
-def human_bytes(n: float) -> str:
-    """8 -> '8 B', 4096 -> '4 KiB', 67108864 -> '64 MiB'."""
+def human_bytes(n: float, digits: int = 6) -> str:
+    """8 -> '8 B', 4096 -> '4 KiB', 67108864 -> '64 MiB'; 16907 with digits=3 -> '16.5 KiB'."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
-            return f"{n:g} {unit}"
+            return f"{n:.{digits}g} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
 

@@ -3,11 +3,15 @@
 The pipeline, all inside a scratch copy of the course (``course.scratch_course``):
 
 1. read the notebook and find its assignment (metadata ``lab.assignment``, else its name);
-2. put it where nbgrader expects a submission: ``submitted/<student>/<assignment>/``;
+2. put it where nbgrader expects a submission: ``submitted/<student>/<assignment>/``, and
+   wrap the scratch source's test cells with ``grader.guard`` (a secret token per run: a
+   test counts only if its cell ran to its end, untampered);
 3. in one sandboxed child (``sandbox.run_limited`` running ``grader.steps``):
    ``generate_assignment`` (builds the gradebook, hidden tests included), ``autograde``
    (restores locked and test cells from the gradebook, runs the notebook, saves the scores)
-   and ``generate_feedback`` (the HTML report);
+   and ``generate_feedback`` (the HTML report); the kernel starts behind ``grader.jail``
+   (course and hidden tests hidden, private user, process and CPU limits, no network), and
+   what was enforced is reported in ``isolation``;
 4. read the scores nbgrader saved, and a hint per failed test from the autograded
    notebook's error outputs (the assertion message, which says what was expected and what
    was found);
@@ -20,14 +24,30 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from .course import Assignment, Course, cell_source, load_notebook, scratch_course
+from .course import (
+    Assignment,
+    Course,
+    InputProblem,
+    cell_source,
+    load_notebook,
+    repo_root,
+    scratch_course,
+)
+from .guard import instrument, strip_guard_lines
 from .report import CellError, GradingResult, TestResult
-from .sandbox import DEFAULT_MEMORY_MB, child_environment, run_limited
+from .sandbox import (
+    DEFAULT_MEMORY_MB,
+    child_environment,
+    network_isolation_available,
+    plan_kernel,
+    run_limited,
+)
 
 STUDENT = "learner"
 DEFAULT_TIMEOUT = 600.0
@@ -49,6 +69,7 @@ def check_notebook(
     """Grade ``notebook``; raises ``course.InputProblem`` for input that cannot be graded."""
     content = load_notebook(notebook)
     assignment, nb_name = course.identify(notebook, content)
+    _check_cells_belong(notebook, content, course, assignment, nb_name)
     stem = Path(nb_name).stem
     result = GradingResult(assignment=assignment.name, notebook=str(notebook))
     planned = _planned_tests(assignment, nb_name)
@@ -58,6 +79,10 @@ def check_notebook(
         submitted = root / "submitted" / STUDENT / assignment.name
         submitted.mkdir(parents=True)
         shutil.copyfile(notebook, submitted / nb_name)
+        token = secrets.token_hex(16)
+        for source in (root / "source" / assignment.name).glob("*.ipynb"):
+            source.write_text(json.dumps(instrument(json.loads(source.read_text(encoding="utf-8")), token)),
+                              encoding="utf-8")
         record_file = scratch / "steps.json"
         argv = [
             sys.executable, "-m", "grader.steps", str(root),
@@ -66,8 +91,17 @@ def check_notebook(
         ]
         if cell_timeout is not None:
             argv += ["--cell-timeout", str(cell_timeout)]
-        child = run_limited(argv, cwd=root, env=child_environment(scratch),
-                            timeout=timeout, memory_mb=memory_mb)
+        cpu_s = int(timeout) + 5
+        hidden = [course.root, repo_root() / ".git", root] + [
+            scratch / name for name in ("jupyter-data", "jupyter-runtime", "jupyter-config", "ipython")]
+        kernel = plan_kernel(scratch, hidden, cpu_s=cpu_s)
+        network_off = network_isolation_available()
+        env = child_environment(scratch, kernel)
+        env["LAB_GUARD_TOKEN"] = token  # for grader.steps; the jail does not pass it to the kernel
+        child = run_limited(argv, cwd=root, env=env,
+                            timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, network_off=network_off,
+                            kernel_uid=kernel.uid)
+        result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, cell_timeout)
         record = _read_record(record_file)
         done = set(record.get("completed", []))
 
@@ -75,7 +109,8 @@ def check_notebook(
         autograded = root / "autograded" / STUDENT / assignment.name / nb_name
         outputs = _cell_outputs(autograded) if autograded.is_file() else {}
         if grades is not None:
-            result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout)
+            guard = record.get("guard", {}).get(stem, {})
+            result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout, guard)
             result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout)
         else:
             result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]
@@ -115,6 +150,57 @@ def check_notebook(
         for t in result.tests:
             t.hint = why
     return result
+
+
+def _grade_ids(content: dict[str, Any]) -> set[str]:
+    """Ids of the tests and solution cells (set-up cells share names across assignments)."""
+    ids = set()
+    for cell in content.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if isinstance(meta, dict) and meta.get("grade_id") and (meta.get("grade") or meta.get("solution")):
+            ids.add(str(meta["grade_id"]))
+    return ids
+
+
+def _check_cells_belong(notebook: Path, content: dict[str, Any], course: Course, assignment: Assignment,
+                        nb_name: str) -> None:
+    """Refuse a notebook whose graded cells all come from another assignment's notebook.
+
+    Its metadata or name says one assignment, its cells say another: grading it would only
+    score zero with confusing errors, so the learner is told which notebook it really is.
+    """
+    mine = _grade_ids(content)
+    expected = _grade_ids(load_notebook(assignment.source_dir / nb_name))
+    if not mine or mine & expected:
+        return
+    for other in course.assignments:
+        for source in other.notebooks:
+            if mine & _grade_ids(load_notebook(source)):
+                raise InputProblem(
+                    f"{notebook}: a notebook of assignment {other.name} ({source.name}), not of "
+                    f"{assignment.name}: its graded cells are {other.name}'s; hand in {nb_name} of {assignment.name}"
+                )
+
+
+def _isolation(report: Path, network_off: bool, memory_mb: int, cpu_s: int, timeout: float,
+               cell_timeout: int | None) -> dict[str, str]:
+    """What the sandbox enforced on this run, one line per wall (see ``sandbox`` and ``jail``)."""
+    jail = _read_record(report)
+    facts = {
+        "wall_clock": f"{timeout:g} s for the whole run",
+        "per_cell": f"{cell_timeout} s" if cell_timeout else "the course's limit (nbgrader_config.py)",
+        "memory": f"{memory_mb} MiB address space" if memory_mb > 0 else "not limited (--memory-mb 0)",
+        "cpu": f"{cpu_s} s CPU time",
+        "network": "off (a network namespace with only loopback)" if network_off
+        else "on: not available here (needs root and network namespaces)",
+    }
+    if jail:
+        facts["processes"] = jail.get("processes", "not reported")
+        facts["files"] = jail.get("files", "not reported")
+        facts["kernel_cwd"] = jail.get("cwd", "not reported")
+    else:
+        facts["processes"] = facts["files"] = "unknown: the kernel did not start"
+    return facts
 
 
 def _planned_tests(assignment: Assignment, nb_name: str) -> list[tuple[str, float]]:
@@ -176,13 +262,23 @@ def _tests_from_grades(
     planned: list[tuple[str, float]],
     outputs: dict[str, list[dict[str, Any]]],
     cell_timeout: int | None,
+    guard: dict[str, Any] | None = None,
 ) -> list[TestResult]:
+    """One result per graded cell; with the guard's verdicts, a test counts only if it finished."""
     order = {test_id: i for i, (test_id, _) in enumerate(planned)}
+    finished = (guard or {}).get("finished")
+    refused = (guard or {}).get("refused", {})
     tests = []
     for g in sorted(grades, key=lambda g: order.get(g["id"], len(order))):
-        passed = g["score"] >= g["max_score"]
-        hint = None if passed else (describe_error(outputs.get(g["id"], []), cell_timeout)
-                                    or "failed without an error message")
+        passed = g["score"] >= g["max_score"] and (finished is None or finished.get(g["id"], False))
+        if g["id"] in refused:
+            hint = f"no credit: {refused[g['id']]}"
+        elif passed:
+            hint = None
+        else:
+            hint = (describe_error(outputs.get(g["id"], []), cell_timeout)
+                    or "no credit: the test did not run to its end, yet showed no error "
+                       "(did the notebook change how errors are displayed?)")
         tests.append(TestResult(g["id"], g["score"], g["max_score"], passed, hint))
     return tests
 
@@ -199,7 +295,7 @@ def _other_cell_errors(autograded: Path, test_ids: set[str], cell_timeout: int |
 
 
 def _normalised(source: str) -> str:
-    without_hidden = _HIDDEN.sub("", source)
+    without_hidden = _HIDDEN.sub("", strip_guard_lines(source))
     return "\n".join(line.rstrip() for line in without_hidden.strip().splitlines())
 
 

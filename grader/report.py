@@ -8,8 +8,9 @@ The JSON has a fixed shape, relied on by scripts and by the tests::
 
 plus a few extra keys: ``timed_out``, ``error`` (why grading did not complete),
 ``cell_errors`` (failures outside test cells, e.g. a solution cell that raised or was
-stopped) and ``tampered`` (locked cells whose text the learner changed; nbgrader grades the
-original text, and the report says so).
+stopped), ``tampered`` (locked cells whose text the learner changed; nbgrader grades the
+original text, and the report says so) and ``isolation`` (what the sandbox enforced on the
+run: wall-clock, per-cell, memory and CPU limits, network, processes, files).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class GradingResult:
     error: str | None = None
     cell_errors: list[CellError] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
+    isolation: dict[str, str] = field(default_factory=dict)  # what the sandbox enforced
 
     @property
     def score(self) -> float:
@@ -78,6 +80,7 @@ class GradingResult:
             "error": self.error,
             "cell_errors": [asdict(e) for e in self.cell_errors],
             "tampered": self.tampered,
+            "isolation": self.isolation,
         }
         return json.dumps(data, indent=2)
 
@@ -127,6 +130,10 @@ def render_table(result: GradingResult) -> str:
             wrapped = textwrap.wrap(note, width - 4) or [""]
             lines.append(f"  - {wrapped[0]}")
             lines.extend(f"    {w}" for w in wrapped[1:])
+    if result.isolation:
+        lines.append("")
+        walls = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in result.isolation.items())
+        lines.extend(textwrap.wrap("Sandbox: " + walls, width, subsequent_indent="  "))
     lines.append("")
     if result.feedback_html:
         lines.append(f"Feedback: {result.feedback_html}")

@@ -12,15 +12,28 @@ cells) as a child process with:
   runtime and profile directories under the scratch folder), so the run neither reads the
   user's IPython start-up files nor writes outside the temporary course;
 * the kernel pinned to this interpreter (``sys.executable``), whatever kernels are
-  installed elsewhere, with the repository on ``PYTHONPATH`` so ``reference_impl`` imports.
+  installed elsewhere, with the repository on ``PYTHONPATH`` so ``reference_impl`` imports;
+* a **CPU-time limit** (``RLIMIT_CPU``) on the child and on the kernel;
+* the kernel started through ``grader.jail`` (see there): as root, in a private mount
+  namespace that hides the course and hidden tests, as a user private to the run with a
+  process-count limit, in a cleaned environment and a folder of its own;
+* **no network** where the OS allows it: as root the child (nbgrader and the kernel) runs in
+  a network namespace of its own that has only a loopback interface.
+
+What was and was not enforced is returned as ``Isolation`` and shown in the report.
 """
 from __future__ import annotations
 
+import ctypes
+import fcntl
 import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +41,9 @@ from pathlib import Path
 from .course import repo_root
 
 DEFAULT_MEMORY_MB = 8192
+DEFAULT_NPROC = 128  # the kernel's processes and threads; a fork bomb stops here
+PRIVATE_UID_BASE = 200_000  # kernel users are 200000..299999: no login account uses them
+CLONE_NEWNET = 0x40000000
 
 
 @dataclass
@@ -41,8 +57,49 @@ class ChildResult:
     seconds: float
 
 
-def child_environment(scratch: Path) -> dict[str, str]:
-    """Environment for the child: this interpreter's tools first, private Jupyter dirs."""
+@dataclass
+class KernelPlan:
+    """What ``grader.jail`` does to the kernel of one grading run (written as JSON for it)."""
+
+    home: Path  # the kernel's own folder (cwd, IPython profile, temp files)
+    report: Path  # where the jail writes what it enforced
+    uid: int | None  # the run's private user (None: not root, the kernel keeps our user)
+    hide: list[str]  # folders the kernel must not see (course, hidden tests, gradebook)
+    nproc: int
+    cpu_s: int | None
+    expose: list[str]  # folders the kernel needs (the repository, for reference_impl)
+
+
+def private_uid() -> int:
+    """A uid for this run's kernel that no other grading run alive now uses (keyed on our pid)."""
+    return PRIVATE_UID_BASE + os.getpid() % 100_000
+
+
+def plan_kernel(scratch: Path, hide: list[Path], *, cpu_s: int | None = None,
+                nproc: int = DEFAULT_NPROC) -> KernelPlan:
+    """Make the kernel's home under ``scratch`` and decide its walls (a private user only as root).
+
+    The scratch folder becomes traversable by the kernel's user (mode 0711: no listing), its
+    home is that user's, and everything else under ``scratch`` stays private to us.
+    """
+    uid = private_uid() if os.geteuid() == 0 else None
+    home = scratch / "kernel-home"
+    for sub in ("", "work", "ipython", "runtime", "config", "tmp"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+        if uid is not None:
+            os.chown(home / sub, uid, uid)
+            os.chmod(home / sub, 0o700)
+    if uid is not None:
+        os.chmod(scratch, 0o711)
+    return KernelPlan(home, scratch / "kernel-isolation.json", uid,
+                      [str(p) for p in hide], nproc, cpu_s, [str(repo_root())])
+
+
+def child_environment(scratch: Path, kernel: KernelPlan | None = None) -> dict[str, str]:
+    """Environment for the child: this interpreter's tools first, private Jupyter dirs.
+
+    With a ``kernel`` plan, the kernel spec starts the kernel through ``grader.jail``.
+    """
     env = dict(os.environ)
     bin_dir = str(Path(sys.executable).parent)
     # nbgrader shells out to ``alembic`` (installed next to this interpreter) for its gradebook.
@@ -53,16 +110,26 @@ def child_environment(scratch: Path) -> dict[str, str]:
     jupyter_data = scratch / "jupyter-data"
     kernel_dir = jupyter_data / "kernels" / "python3"
     kernel_dir.mkdir(parents=True, exist_ok=True)
+    jail: list[str] = []
+    if kernel is not None:
+        plan_file = scratch / "kernel-plan.json"
+        plan = {k: str(v) if isinstance(v, Path) else v for k, v in kernel.__dict__.items()}
+        plan_file.write_text(json.dumps(plan))
+        jail = [sys.executable, "-m", "grader.jail", "--plan", str(plan_file), "--"]
     (kernel_dir / "kernel.json").write_text(
         json.dumps(
             {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "argv": jail + [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 "display_name": "Python 3 (grader)",
                 "language": "python",
                 "metadata": {"debugger": False},
             }
         )
     )
+    if kernel is not None and kernel.uid is not None:  # only the kernel's home is open to it
+        for entry in scratch.iterdir():
+            if entry != kernel.home:
+                os.chmod(entry, 0o700)
     env["JUPYTER_PATH"] = str(jupyter_data)  # searched before the user's and system kernels
     env["JUPYTER_RUNTIME_DIR"] = str(scratch / "jupyter-runtime")
     env["JUPYTER_CONFIG_DIR"] = str(scratch / "jupyter-config")
@@ -74,14 +141,58 @@ def child_environment(scratch: Path) -> dict[str, str]:
     return env
 
 
-def _limit_resources(memory_mb: int) -> None:
-    """In the child, before exec: cap its address space (kernels inherit the cap)."""
-    if memory_mb <= 0:
-        return
+def _loopback_up() -> None:
+    """Bring up ``lo`` in a fresh network namespace (nbgrader talks to the kernel over it)."""
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def _unshare_network() -> bool:
+    """Move this process into a network namespace with only loopback; False if not permitted."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(CLONE_NEWNET) != 0:
+        return False
+    _loopback_up()
+    return True
+
+
+_NETWORK_PROBE: bool | None = None
+
+
+def network_isolation_available() -> bool:
+    """Whether this process may give a child a network namespace of its own (tried once, in a fork)."""
+    global _NETWORK_PROBE
+    if _NETWORK_PROBE is None:
+        if os.name != "posix" or not sys.platform.startswith("linux"):
+            _NETWORK_PROBE = False
+        else:
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os._exit(0 if _unshare_network() else 1)
+                except BaseException:  # noqa: BLE001 - any failure means "not available"
+                    os._exit(1)
+            _NETWORK_PROBE = os.waitpid(pid, 0)[1] == 0
+    return _NETWORK_PROBE
+
+
+def _limit_resources(memory_mb: int, cpu_s: int | None = None, network_off: bool = False) -> None:
+    """In the child, before exec: cap its address space and CPU time (kernels inherit the caps),
+    and, if asked, move it into a network namespace of its own."""
     import resource
 
+    if network_off and not _unshare_network():
+        raise OSError("could not unshare the network namespace")
+    if cpu_s:
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
+    if memory_mb <= 0:
+        return
+
     limit = memory_mb * 1024 * 1024
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
@@ -132,6 +243,33 @@ def kill_tree(proc: subprocess.Popen) -> None:
             continue
 
 
+def kill_user(uid: int) -> int:
+    """SIGKILL every process of ``uid`` (a kernel user private to one run); returns how many.
+
+    A kernel's children may leave its process tree (double fork, ``setsid``), but they cannot
+    leave its user: killing by user is how nothing of a run outlives it.
+    """
+    killed = 0
+    for _ in range(20):  # a forking process may add children while we kill: repeat until none
+        found = []
+        for entry in Path("/proc").glob("[0-9]*"):
+            try:
+                if entry.stat().st_uid == uid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                continue
+        time.sleep(0.05)
+    return killed
+
+
 def run_limited(
     argv: list[str],
     *,
@@ -139,29 +277,51 @@ def run_limited(
     env: dict[str, str],
     timeout: float,
     memory_mb: int = DEFAULT_MEMORY_MB,
+    cpu_s: int | None = None,
+    network_off: bool = False,
+    kernel_uid: int | None = None,
 ) -> ChildResult:
-    """Run ``argv`` in a new session with the limits above; never hangs past ``timeout`` (+ a few s)."""
+    """Run ``argv`` in a new session with the limits above; never hangs past ``timeout`` (+ a few s).
+
+    Output goes to files, not pipes, so a process that escaped the tree and still holds them
+    cannot keep us waiting. Afterwards, however the child ended, its process groups and every
+    process of ``kernel_uid`` are killed.
+    """
     start = time.monotonic()
-    proc = subprocess.Popen(
-        argv,
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, killed as a whole on timeout
-        preexec_fn=(lambda: _limit_resources(memory_mb)) if os.name == "posix" else None,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,  # its own process group, killed as a whole on timeout
+            preexec_fn=(lambda: _limit_resources(memory_mb, cpu_s, network_off)) if os.name == "posix" else None,
+        )
         try:
-            out, err = proc.communicate(timeout=10)
-        except subprocess.TimeoutExpired:  # pipes held open by something we could not kill
-            proc.kill()
-            out, err = "", ""
-        timed_out = True
-    return ChildResult(proc.returncode, out or "", err or "", timed_out, time.monotonic() - start)
+            proc.wait(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            kill_tree(proc)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            timed_out = True
+        except BaseException:  # interrupted or terminated ourselves: take the child down with us
+            kill_tree(proc)
+            if kernel_uid is not None:
+                kill_user(kernel_uid)
+            raise
+        try:  # whatever is left in the child's own process group (its session's leader was it)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if kernel_uid is not None:
+            kill_user(kernel_uid)
+        out.seek(0)
+        err.seek(0)
+        return ChildResult(proc.returncode, out.read(), err.read(), timed_out, time.monotonic() - start)

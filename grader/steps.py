@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 import time
@@ -26,6 +27,16 @@ from pathlib import Path
 from typing import Any
 
 STEPS = ("generate", "autograde", "feedback")
+
+
+def _skip_slow_optional_imports() -> None:
+    """Keep ``jsonschema`` from importing ``rfc3987_syntax`` (2-3 s, a grammar built at import).
+
+    nbformat validates notebooks with jsonschema, which loads that package only to check
+    strings declared with the ``iri`` format; the notebook schema declares none, and
+    jsonschema skips the check when the import fails, which this makes it do.
+    """
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
 def _read_schema_version_in_process() -> None:
@@ -55,6 +66,72 @@ def _read_schema_version_in_process() -> None:
         return heads[0] if len(heads) == 1 else original()
 
     nbgrader_api.get_alembic_version = head_revision
+
+
+KILL_GRACE_S = 5  # after the per-cell limit and the interrupt, how long a cell may still run
+
+
+def _survive_kernel_death() -> None:
+    """Let autograde outlive a kernel that dies or ignores interrupts, keeping earlier grades.
+
+    nbgrader gives up on the whole notebook when the kernel dies (``os._exit`` in a cell, a
+    crash, a kill for a limit): every test, even those that passed before, would score 0.
+    Here a cell that kills the kernel gets that as its error, and the cells after it are
+    marked "not run", so the tests that ran keep their results. A cell still running
+    ``KILL_GRACE_S`` after its time limit (it ignored the interrupt) has its kernel killed,
+    and is then handled the same way.
+    """
+    import signal
+    import threading
+
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from nbformat.notebooknode import NotebookNode
+    from nbgrader.preprocessors.execute import Execute
+
+    original = Execute.preprocess_cell
+
+    def error(value: str) -> NotebookNode:
+        return NotebookNode(output_type="error", ename="DeadKernelError", evalue=value,
+                            traceback=[f"DeadKernelError: {value}"])
+
+    def kill_kernel(preprocessor: Any) -> None:
+        pid = getattr(getattr(preprocessor.km, "provisioner", None), "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def preprocess_cell(self: Any, cell: Any, resources: Any, index: int) -> Any:
+        if cell.cell_type != "code":
+            return original(self, cell, resources, index)
+        if getattr(self, "_lab_dead", False):
+            cell.outputs = [error("not run: the kernel died in an earlier cell")]
+            return cell, resources
+        limit = self._get_timeout(cell)
+        timer = threading.Timer(limit + KILL_GRACE_S, kill_kernel, (self,)) if limit else None
+        if timer:
+            timer.daemon = True
+            timer.start()
+        try:
+            return original(self, cell, resources, index)
+        except DeadKernelError:
+            self._lab_dead = True
+            cell.outputs = list(cell.get("outputs", [])) + [error(
+                "the kernel died while running this cell (os._exit, a crash, or it ignored "
+                "the interrupt at the time limit and was killed)")]
+            return cell, resources
+        except CellTimeoutError:  # still running after the interrupt: it ignores SIGINT
+            kill_kernel(self)
+            self._lab_dead = True
+            cell.outputs = list(cell.get("outputs", [])) + [error(
+                f"the cell ran past the {limit} s limit and ignored the interrupt: its kernel was killed")]
+            return cell, resources
+        finally:
+            if timer:
+                timer.cancel()
+
+    Execute.preprocess_cell = preprocess_cell
 
 
 def _api(root: Path, cell_timeout: int | None) -> Any:
@@ -88,6 +165,33 @@ def _grades(api: Any, assignment: str, student: str) -> dict[str, list[dict[str,
                 for g in submitted.grades
             ]
     return found
+
+
+def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str) -> dict[str, Any]:
+    """Zero every test whose cell did not print this run's ``ok`` line (see ``grader.guard``).
+
+    The gradebook is corrected, so the scores read back and the feedback agree; the guard's
+    lines are removed from the autograded notebooks the feedback is made from.
+    """
+    from nbgrader.api import Gradebook
+
+    from grader.guard import read_verdicts, truncate_outputs
+
+    verdicts: dict[str, Any] = {}
+    folder = root / "autograded" / student / assignment
+    with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
+        for path in sorted(folder.glob("*.ipynb")):
+            content = json.loads(path.read_text(encoding="utf-8"))
+            finished, refused = read_verdicts(content, token)
+            truncate_outputs(content)
+            path.write_text(json.dumps(content, indent=1), encoding="utf-8")
+            submitted = gb.find_submission_notebook(path.stem, assignment, student)
+            for grade in submitted.grades:
+                if not finished.get(grade.name, False) and (grade.auto_score or 0) > 0:
+                    grade.auto_score = 0.0
+            gb.db.commit()
+            verdicts[path.stem] = {"finished": finished, "refused": refused}
+    return verdicts
 
 
 def _error_summary(text: str) -> str:
@@ -127,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.student is None and set(steps) - {"generate"}:
         parser.error("--student is needed to autograde or to generate feedback")
 
+    _skip_slow_optional_imports()
     _read_schema_version_in_process()
+    _survive_kernel_death()
     api = _api(args.root.resolve(), args.cell_timeout)
     record: dict[str, Any] = {"completed": [], "failed": None, "seconds": {}}
 
@@ -156,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(log, file=sys.stderr)
                 return 1
             if step == "autograde":
+                token = os.environ.get("LAB_GUARD_TOKEN")
+                if token:
+                    record["guard"] = _apply_guard(api, args.root.resolve(), assignment, args.student, token)
                 record["grades"] = _grades(api, assignment, args.student)
             record["completed"].append(f"{assignment}:{step}")
             record["seconds"][f"{assignment}:{step}"] = round(time.monotonic() - started, 3)

@@ -23,6 +23,8 @@ import plot_alpha_beta
 import plot_cluster
 import plot_collectives
 import plot_determinism
+import plot_grading
+import plot_graph
 import plot_interconnects
 import plot_overlap
 import plotkit
@@ -35,7 +37,7 @@ BENCH_URI = "assets/bench"
 PLOTTERS = {
     m.NAME: m.plot
     for m in (plot_allreduce, plot_alpha_beta, plot_cluster, plot_collectives, plot_determinism,
-              plot_interconnects, plot_overlap)
+              plot_grading, plot_graph, plot_interconnects, plot_overlap)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 from . import allreduce, alpha_beta, cluster, collectives, determinism, interconnects, overlap
+from . import grading, graph
 
 BENCHMARKS = {
     "allreduce": allreduce.main,
@@ -12,6 +13,8 @@ BENCHMARKS = {
     "interconnects": interconnects.main,
     "overlap": overlap.main,
     "determinism": determinism.main,
+    "graph": graph.main,
+    "grading": grading.main,
     "cluster": cluster.main,  # needs root: it builds a virtual cluster of network namespaces
 }
 

@@ -1,0 +1,336 @@
+"""The guard around every test cell: a test counts only if it ran to its end, untampered.
+
+nbgrader scores a test cell by looking for an error in its output. A learner's earlier cell
+can defeat that from inside the kernel: hide errors (replace IPython's ``showtraceback``),
+make checks always succeed (replace ``numpy.array_equal`` or a test helper, or swap a
+``reference_impl`` function for their own so that the test compares their code with
+itself), or make their function simply call the reference implementation. The guard closes
+those holes, in two halves:
+
+* grader side (``instrument``, ``read_verdicts``): before the course is generated, each
+  test cell of the scratch copy gets one line before its code (``begin``) and one after it
+  (``end``). ``end`` prints ``lab-guard <token> <test> ok``, where the token is a secret
+  fresh for every grading run: the learner's cells run before the test cells and cannot
+  know it. After autograding, a test counts as passed only if nbgrader scored it *and* its
+  cell printed that line, so a test that did not run to its end, with or without a visible
+  error, scores zero. The lines are then removed from the notebook the learner gets back.
+* kernel side (``begin``, ``end``): ``begin`` refuses to run the test (raises
+  ``TamperedError``, whose message becomes the test's hint) when the notebook has replaced
+  the traceback display, a builtin, a NumPy checking function, a ``reference_impl``
+  function, or a helper defined in a locked cell; it then traces calls while the test
+  runs. ``end`` refuses the credit when the learner's code called the very reference
+  function the test compares it with.
+
+This is a tripwire against the known tricks, not a proof: code in the kernel can in
+principle find and rewrite the guard itself. The kernel's walls (``grader.jail``) keep the
+secret token, the gradebook and the hidden tests out of its reach.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import sys
+import threading
+import types
+from pathlib import Path
+from typing import Any
+
+MARK = "lab-guard"
+REFERENCE_DIR = str(Path(__file__).resolve().parent.parent / "reference_impl")
+_PROTECTED_BUILTINS = ("print", "open", "isinstance", "len", "sum", "sorted", "all", "any", "abs",
+                       "min", "max", "range", "zip", "tuple", "list", "dict", "set", "exec",
+                       "compile", "__import__", "repr", "str", "int", "float", "bool", "type", "globals")
+_NUMPY_CHECKS = ("array_equal", "allclose", "isclose", "asarray", "array", "dtype")
+
+
+class TamperedError(AssertionError):
+    """The notebook changed something the tests rely on; the test is refused."""
+
+
+# --------------------------------------------------------------------------- grader side
+
+
+def solution_names(cells: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Names of the functions and classes the learner writes (top level of solution cells)."""
+    names = []
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") == "code" and meta.get("solution"):
+            names += _defined(_source(cell))
+    return tuple(names)
+
+
+def _source(cell: dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+def _defined(source: str) -> list[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+
+
+def _helper_sources(cells: list[dict[str, Any]]) -> dict[str, str]:
+    """Functions defined in locked cells that are neither tests nor solutions: name -> source."""
+    helpers = {}
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code" or not meta.get("locked") or meta.get("grade") or meta.get("solution"):
+            continue
+        source = _source(cell)
+        try:
+            tree = ast.parse(source)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                helpers[node.name] = ast.get_source_segment(source, node) or ""
+    return helpers
+
+
+def instrument(notebook: dict[str, Any], token: str) -> dict[str, Any]:
+    """A copy of the source ``notebook`` whose test cells are wrapped by ``begin``/``end``."""
+    cells = [dict(c) for c in notebook.get("cells", [])]
+    learner = solution_names(cells)
+    helpers = _helper_sources(cells)
+    for cell in cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        test = meta["grade_id"]
+        begin = (f"import grader.guard as _lab_guard; "
+                 f"_lab_guard.begin({test!r}, {learner!r}, {helpers!r}, globals())\n")
+        end = f"\n_lab_guard.end({test!r}, {token!r}, globals())"
+        cell["source"] = begin + _source(cell).rstrip("\n") + end
+    return {**notebook, "cells": cells}
+
+
+def strip_guard_lines(source: str) -> str:
+    """A test cell's text without the lines ``instrument`` added (to compare with the release)."""
+    return "\n".join(line for line in source.splitlines()
+                     if not line.startswith(("import grader.guard as _lab_guard", "_lab_guard.end(")))
+
+
+def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool], dict[str, str]]:
+    """From an autograded notebook: which test cells printed the run's ``ok`` line, and the
+    reason the guard gave for any it refused. The guard's lines are removed from the outputs."""
+    finished: dict[str, bool] = {}
+    refused: dict[str, str] = {}
+    for cell in notebook.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
+            continue
+        test = meta["grade_id"]
+        finished[test] = False
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "stream":
+                continue
+            text = output.get("text", "")
+            lines = text if isinstance(text, list) else text.splitlines(keepends=True)
+            kept = []
+            for line in lines:
+                if line.strip() == f"{MARK} {token} {test} ok":
+                    finished[test] = True
+                elif line.startswith(f"{MARK} refused: "):
+                    refused[test] = line[len(f"{MARK} refused: "):].strip()
+                else:
+                    kept.append(line)
+            output["text"] = "".join(kept)
+        cell["outputs"] = [o for o in cell.get("outputs", [])
+                           if o.get("output_type") != "stream" or o.get("text")]
+    return finished, refused
+
+
+OUTPUT_LIMIT = 20_000  # characters kept of one output (the feedback must stay readable)
+
+
+def truncate_outputs(notebook: dict[str, Any], limit: int = OUTPUT_LIMIT) -> int:
+    """Cut every stream, text or traceback output longer than ``limit`` characters; how many were cut.
+
+    A cell that prints megabytes would otherwise be stored whole in the feedback HTML.
+    """
+    cut = 0
+    for cell in notebook.get("cells", []):
+        for output in cell.get("outputs", []):
+            fields = [("text", output)] + [(k, output.get("data", {})) for k in ("text/plain", "text/html")]
+            for key, holder in fields:
+                value = holder.get(key)
+                if value is None:
+                    continue
+                text = "".join(value) if isinstance(value, list) else str(value)
+                if len(text) > limit:
+                    holder[key] = (text[:limit] + f"\n[... {len(text) - limit} more characters "
+                                   "not kept by the grader ...]\n")
+                    cut += 1
+    return cut
+
+
+# --------------------------------------------------------------------------- kernel side
+
+
+class _CallTrace:
+    """Which reference functions the test calls, and which the learner's code calls."""
+
+    def __init__(self, test_file: str, learner: tuple[str, ...]):
+        self.test_file = test_file
+        self.learner = set(learner)
+        self.by_test: set[str] = set()
+        self.by_learner: dict[str, str] = {}
+        self.under_test: set[str] = set()  # the learner's functions the test calls directly
+
+    def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
+        if event != "call":
+            return
+        code = frame.f_code
+        if not code.co_filename.startswith(REFERENCE_DIR):
+            top = code.co_qualname.split(".")[0]
+            if top in self.learner and frame.f_back is not None \
+                    and frame.f_back.f_code.co_filename == self.test_file:
+                self.under_test.add(top)
+            return
+        if "." in code.co_qualname:
+            return
+        caller = frame.f_back
+        while caller is not None and "site-packages" in caller.f_code.co_filename:
+            caller = caller.f_back
+        if caller is None:
+            return
+        name = f"{frame.f_globals.get('__name__', '?')}.{code.co_name}"
+        if caller.f_code.co_filename == self.test_file:
+            self.by_test.add(name)
+        elif caller.f_code.co_qualname.split(".")[0] in self.under_test \
+                and not caller.f_code.co_filename.startswith(REFERENCE_DIR):
+            self.by_learner.setdefault(name, caller.f_code.co_qualname)
+
+
+_trace: _CallTrace | None = None
+
+
+def _refuse(test: str, reason: str) -> None:
+    sys.__stdout__.flush()
+    print(f"{MARK} refused: {reason}", flush=True)
+    raise TamperedError(f"test {test} refused: {reason}")
+
+
+def _foreign(obj: Any, home: str) -> bool:
+    """Whether ``obj`` is a Python function whose code was not loaded from under ``home``."""
+    code = getattr(obj, "__code__", None)
+    return isinstance(code, types.CodeType) and not code.co_filename.startswith(home)
+
+
+def _from_notebook(obj: Any) -> bool:
+    """Whether ``obj`` is a Python function written outside the lab, Python and its packages."""
+    code = getattr(obj, "__code__", None)
+    return isinstance(code, types.CodeType) and not code.co_filename.startswith(
+        (REFERENCE_DIR, sys.prefix, sys.base_prefix, str(Path(REFERENCE_DIR).parent / "grader"), "<frozen "))
+
+
+def _from_installed(obj: Any) -> bool:
+    """Whether ``obj`` is a Python function installed with Python (IPython's own methods)."""
+    code = getattr(obj, "__code__", None)
+    return isinstance(code, types.CodeType) and code.co_filename.startswith(
+        (sys.prefix, sys.base_prefix, "<frozen "))
+
+
+def tampering(namespace: dict[str, Any], helpers: dict[str, str]) -> str | None:
+    """What the notebook has replaced that the tests rely on, or None."""
+    shell = namespace.get("get_ipython", lambda: None)()
+    if shell is not None:
+        for method in ("showtraceback", "_showtraceback", "showsyntaxerror"):
+            bound = getattr(shell, method, None)
+            if not _from_installed(getattr(bound, "__func__", bound)):
+                return f"the notebook replaced IPython's {method} (error display)"
+        extra = [t for t in list(shell.ast_transformers) + list(shell.input_transformers_post)
+                 if "IPython" not in getattr(type(t), "__module__", "") + getattr(t, "__module__", "")]
+        if extra:
+            return "the notebook installed its own cell transformers"
+    for name in ("setprofile", "getprofile", "settrace", "gettrace", "_getframe"):
+        if not isinstance(getattr(sys, name, None), types.BuiltinFunctionType):
+            return f"the notebook replaced sys.{name}"
+    if sys.gettrace() is not None:
+        return "the notebook installed a tracer (sys.settrace)"
+    for name in _PROTECTED_BUILTINS:
+        value = getattr(builtins, name, None)
+        if isinstance(value, types.FunctionType):
+            return f"the notebook replaced the builtin {name}"
+    import numpy
+
+    numpy_home = str(Path(numpy.__file__).resolve().parent)
+    for module in (numpy, getattr(numpy, "testing", None)):
+        if module is None or not str(Path(getattr(module, "__file__", "")).resolve()).startswith(numpy_home):
+            return "the notebook replaced the numpy module"
+    for name in _NUMPY_CHECKS + tuple(n for n in dir(numpy.testing) if n.startswith("assert")):
+        owner = numpy.testing if name.startswith("assert") else numpy
+        if _foreign(getattr(owner, name, None), numpy_home):
+            return f"the notebook replaced numpy function {name}"
+    for module_name, module in list(sys.modules.items()):
+        if not module_name.startswith("reference_impl") or module is None:
+            continue
+        if not str(getattr(module, "__file__", "") or "").startswith(REFERENCE_DIR):
+            return f"the notebook replaced the module {module_name}"
+        for attr, value in list(vars(module).items()):
+            if not attr.startswith("__") and _from_notebook(value):
+                return f"the notebook replaced {module_name}.{attr}"
+    import inspect
+
+    for name, source in helpers.items():
+        value = namespace.get(name)
+        if value is None:
+            continue
+        try:
+            current = inspect.getsource(value).strip()
+        except (OSError, TypeError):
+            current = ""
+        if current != source.strip():
+            return f"the notebook redefined the test helper {name}"
+    return None
+
+
+def begin(test: str, learner: tuple[str, ...], helpers: dict[str, str], namespace: dict[str, Any]) -> None:
+    """Before a test cell's code: refuse if tampered with, then trace calls to the reference."""
+    global _trace
+    reason = tampering(namespace, helpers)
+    if reason:
+        _refuse(test, reason)
+    _trace = _CallTrace(sys._getframe(1).f_code.co_filename, learner)
+    sys.setprofile(_trace)
+    threading.setprofile(_trace)
+
+
+def _reference_names(namespace: dict[str, Any]) -> set[str]:
+    """The reference functions the tests bound to ``_ref...`` names (what they compare with)."""
+    found = set()
+    for name, value in list(namespace.items()):
+        if name.startswith("_ref") and callable(value) and str(getattr(value, "__module__", "")).startswith(
+                "reference_impl"):
+            found.add(f"{value.__module__}.{getattr(value, '__name__', name)}")
+    return found
+
+
+def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
+    """After a test cell's code ran to its end: stop tracing, judge, print the ``ok`` line.
+
+    The credit is refused when a learner function the test called calls a reference
+    function that the test calls too, and that function is the learner function's
+    namesake or one the tests bound to a ``_ref...`` name: the learner handed in the
+    reference's answer. (Reference helpers both may use, like a training step's gradient
+    order, are not counted.)"""
+    global _trace
+    trace, _trace = _trace, None
+    if trace is None or sys.getprofile() is not trace:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+        _refuse(test, "the grader's call tracer was removed")
+    sys.setprofile(None)
+    threading.setprofile(None)  # type: ignore[arg-type]
+    compared = _reference_names(namespace or {})
+    delegated = sorted(name for name in set(trace.by_learner) & trace.by_test
+                       if name in compared or name.rsplit(".", 1)[-1] == trace.by_learner[name].split(".")[0])
+    if delegated:
+        name = delegated[0]
+        _refuse(test, f"{trace.by_learner[name]} calls {name}, the reference implementation "
+                      "this test compares it with: no credit")
+    print(f"{MARK} {token} {test} ok", flush=True)

@@ -1,0 +1,87 @@
+"""The learner's score book: the latest ``check`` result of every assignment, and ``list``.
+
+Every ``python -m grader check`` run records its outcome in ``scores.json`` inside the
+feedback folder (default ``grader-feedback/``, a folder the learner owns), keyed by
+assignment name, so that ``python -m grader list`` can show the whole course at a glance:
+which assignments have been attempted, their latest score, and whether that run completed.
+
+The file is small JSON written atomically (temporary file + rename); a file that is
+missing starts an empty book, and one that is not valid JSON is reported by name instead
+of being silently overwritten.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .course import Course, InputProblem
+from .report import GradingResult
+
+SCORES_FILE = "scores.json"
+
+
+def scores_path(feedback_dir: Path) -> Path:
+    """Where the score book of ``feedback_dir`` lives."""
+    return feedback_dir / SCORES_FILE
+
+
+def read_scores(feedback_dir: Path) -> dict[str, dict[str, Any]]:
+    """The recorded results by assignment ({} when nothing was recorded yet)."""
+    path = scores_path(feedback_dir)
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputProblem(f"{path}: the score book cannot be read ({exc}); delete it to start afresh") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise InputProblem(f"{path}: the score book is not a JSON object of assignments; delete it to start afresh")
+    return data
+
+
+def record_result(feedback_dir: Path, result: GradingResult, *, when: float | None = None) -> Path:
+    """Store ``result`` as the latest of its assignment; returns the score book's path."""
+    book = read_scores(feedback_dir)
+    book[result.assignment] = {
+        "notebook": str(Path(result.notebook).resolve()),
+        "score": result.score,
+        "max_score": result.max_score,
+        "completed": result.completed,
+        "passed": sum(1 for t in result.tests if t.passed),
+        "tests": len(result.tests),
+        "checked_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when or time.time())),
+    }
+    path = scores_path(feedback_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".scores-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(book, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)
+    return path
+
+
+def render_list(course: Course, book: dict[str, dict[str, Any]]) -> str:
+    """One row per assignment of the course: latest score, tests passed, when, or 'not checked yet'."""
+    names = [a.name for a in course.assignments]
+    width = max([len("assignment")] + [len(n) for n in names])
+    head = f"{'assignment':<{width}}  {'score':>9}  {'tests passed':>12}  last check"
+    lines = [head, "-" * len(head)]
+    for name in names:
+        entry = book.get(name)
+        if entry is None:
+            lines.append(f"{name:<{width}}  {'-':>9}  {'-':>12}  not checked yet")
+            continue
+        score = f"{entry['score']:g}/{entry['max_score']:g}"
+        passed = f"{entry['passed']}/{entry['tests']}"
+        note = "" if entry.get("completed", True) else "  (grading did not complete)"
+        lines.append(f"{name:<{width}}  {score:>9}  {passed:>12}  {entry['checked_at']}{note}")
+    done = [book[n] for n in names if n in book]
+    total = sum(e["score"] for e in done)
+    possible = sum(e["max_score"] for e in done)
+    lines.append("-" * len(head))
+    lines.append(f"{len(done)} of {len(names)} assignments checked; {total:g}/{possible:g} points in those")
+    return "\n".join(lines)

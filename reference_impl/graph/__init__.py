@@ -1,0 +1,21 @@
+"""A dataflow-graph runtime in the style of TensorFlow 1, small enough to read end to end.
+
+``core`` (the IR), ``registry`` (one entry per op), ``ops`` (the front end and every op),
+``gradients`` (symbolic reverse mode), ``graphdef`` (JSON GraphDef), ``passes`` (pruning,
+CSE, constant folding), ``session`` (the executor), ``eager`` (dynamic graphs with a tape).
+"""
+from .core import Graph, GraphError, Operation, Tensor, get_default_graph, reset_default_graph
+from .eager import EagerTensor, GradientTape, eager_mode, executing_eagerly
+from .eager import Variable as EagerVariable
+from .gradients import gradients
+from .graphdef import as_graph_def, from_json, import_graph_def, to_json
+from .ops import (Variable, add, assign, assign_add, assign_sub, concat, constant, div, exp, gather,
+                  global_variables_initializer, group, identity, log, log_softmax, matmul, maximum,
+                  mul, neg, no_op, ones_like, placeholder, pow, reduce_max, reduce_mean, reduce_sum, relu,
+                  reshape, sigmoid, softmax, sparse_softmax_cross_entropy, sqrt, square, sub, tanh,
+                  transpose)
+from .passes import common_subexpression_elimination, constant_folding, dead_node_removal, optimize
+from .registry import REGISTRY, ShapeError, register
+from .session import Session
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,0 +1,173 @@
+"""Eager mode (a dynamic graph): each front-end call runs its kernel at once.
+
+The ops are the registry's, so eager and graph mode share kernels and gradient functions.
+A ``GradientTape`` records the ops run on watched tensors (trainable ``Variable`` objects are
+watched automatically) and walks that record backwards in ``gradient()``, calling each op's
+registered gradient function on eager tensors: the same reverse-mode algorithm as
+``gradients()`` in graph mode, but over the ops that actually ran this time.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator
+
+import numpy as np
+
+from .core import GraphError, TensorOperators
+from .registry import get_op_def
+
+
+_DTYPE_NAMES: dict[np.dtype, str] = {}
+
+
+class EagerTensor(TensorOperators):
+    """A concrete value (a NumPy array) that front-end ops accept like a graph tensor."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = np.asarray(value)
+
+    @property
+    def shape(self) -> tuple:
+        return self.value.shape
+
+    @property
+    def dtype(self) -> str:
+        dt = self.value.dtype
+        name = _DTYPE_NAMES.get(dt)
+        if name is None:  # numpy builds dtype.name on every call, which is slow; cache it
+            name = _DTYPE_NAMES[dt] = dt.name
+        return name
+
+    def numpy(self) -> np.ndarray:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"<EagerTensor shape={self.shape} dtype={self.dtype}>"
+
+
+class Variable(EagerTensor):
+    """Mutable eager state; ``trainable`` variables are watched by every active tape."""
+
+    def __init__(self, initial_value: Any, trainable: bool = True, dtype: str | None = None) -> None:
+        super().__init__(np.array(initial_value, dtype=dtype))
+        self.trainable = trainable
+
+    def assign(self, value: Any) -> "Variable":
+        v = np.asarray(value.value if isinstance(value, EagerTensor) else value)
+        if v.shape != self.value.shape:
+            raise GraphError(f"assign: value of shape {v.shape} to a variable of shape {self.value.shape}")
+        self.value = v.astype(self.value.dtype, copy=True)
+        return self
+
+    def assign_add(self, delta: Any) -> "Variable":
+        d = delta.value if isinstance(delta, EagerTensor) else np.asarray(delta)
+        return self.assign(self.value + d)
+
+    def assign_sub(self, delta: Any) -> "Variable":
+        d = delta.value if isinstance(delta, EagerTensor) else np.asarray(delta)
+        return self.assign(self.value - d)
+
+
+class EagerOp:
+    """What a tape remembers of one op run: enough for its gradient function."""
+
+    __slots__ = ("type", "inputs", "outputs", "attrs")
+
+    def __init__(self, type: str, inputs: list, outputs: list, attrs: dict) -> None:
+        self.type, self.inputs, self.outputs, self.attrs = type, inputs, outputs, attrs
+
+
+_state = threading.local()
+
+
+def _tapes() -> list["GradientTape"]:
+    if not hasattr(_state, "tapes"):
+        _state.tapes, _state.depth = [], 0
+    return _state.tapes
+
+
+def executing_eagerly() -> bool:
+    """True inside ``eager_mode()``: front-end calls with no graph tensor run at once."""
+    _tapes()
+    return _state.depth > 0
+
+
+@contextlib.contextmanager
+def eager_mode() -> Iterator[None]:
+    """Run front-end calls eagerly inside the block (calls on eager tensors always do)."""
+    _tapes()
+    _state.depth += 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def record(type: str, inputs: list, output: EagerTensor, attrs: dict) -> None:
+    """Called by the front end after each eager op: add it to every tape that watches an input."""
+    for tape in _tapes():
+        if not tape._recording:
+            continue
+        hit = False
+        for t in inputs:
+            if id(t) in tape._watched:
+                hit = True
+            elif isinstance(t, Variable) and t.trainable:
+                tape.watch(t)
+                hit = True
+        if hit:
+            tape._ops.append(EagerOp(type, inputs, [output], attrs))
+            tape._watched[id(output)] = output
+
+
+class GradientTape:
+    """Record eager ops, then ``gradient(target, sources)`` by reverse-mode accumulation."""
+
+    def __init__(self, persistent: bool = False) -> None:
+        self.persistent = persistent
+        self._ops: list[EagerOp] = []
+        self._watched: dict[int, EagerTensor] = {}  # id -> tensor (kept alive so ids stay unique)
+        self._recording = False
+        self._used = False
+
+    def __enter__(self) -> "GradientTape":
+        self._recording = True
+        _tapes().append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._recording = False
+        _tapes().remove(self)
+
+    def watch(self, tensor: EagerTensor) -> None:
+        if not isinstance(tensor, EagerTensor):
+            raise GraphError(f"GradientTape.watch expects an eager tensor, got {type(tensor).__name__}")
+        self._watched[id(tensor)] = tensor
+
+    def gradient(self, target: EagerTensor, sources: Any) -> Any:
+        """d target / d source for each source (``None`` where target does not depend on it)."""
+        if self._used and not self.persistent:
+            raise GraphError("a non-persistent GradientTape can compute gradients only once")
+        self._used = True
+        single = isinstance(sources, EagerTensor)
+        srcs = [sources] if single else list(sources)
+        grads: dict[int, EagerTensor] = {id(target): EagerTensor(np.ones_like(target.value))}
+        was, self._recording = self._recording, False  # the backward pass is not recorded
+        try:
+            for op in reversed(self._ops):
+                g = grads.get(id(op.outputs[0]))
+                if g is None:
+                    continue
+                fn = get_op_def(op.type).grad
+                if fn is None:
+                    raise GraphError(f"no gradient is defined for op type {op.type!r}")
+                for t, gi in zip(op.inputs, fn(op, g)):
+                    if gi is None:
+                        continue
+                    prev = grads.get(id(t))
+                    grads[id(t)] = gi if prev is None else EagerTensor(prev.value + gi.value)
+        finally:
+            self._recording = was
+        out = [grads.get(id(s)) if id(s) in self._watched else None for s in srcs]
+        return out[0] if single else out

@@ -1,0 +1,79 @@
+"""The op registry: one ``OpDef`` per op type, holding everything the runtime needs to know.
+
+Adding an op is one ``register`` call with three functions:
+
+* ``infer(shapes, dtypes, attrs) -> (shape, dtype)``: static shape/dtype inference, run when
+  the op is added to a graph (and in eager mode), so mistakes show up at build time;
+* ``kernel(inputs, attrs, state) -> array``: computes the output from NumPy arrays (``state``
+  is the variable store, used only by stateful ops);
+* ``grad(op, grad_output) -> list``: builds the gradient for each input out of other ops
+  (``None`` for an input that gets no gradient).  ``grad=None`` means "not differentiable":
+  asking for a gradient through such an op is an error; ``NO_GRADIENT`` means the op is
+  differentiable but its result is constant almost everywhere (comparisons), so inputs get
+  no gradient.
+
+Graph mode, eager mode, the passes and the gradient builder all read this one table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .core import GraphError
+
+
+def NO_GRADIENT(op: Any, grad: Any) -> list[None]:
+    """Gradient function of ops whose output is locally constant: no input gets a gradient."""
+    return [None] * len(op.inputs)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    type: str
+    infer: Callable[[list, list, dict], tuple]
+    kernel: Callable[[list, dict, dict], Any]
+    grad: Callable[[Any, Any], list] | None = None
+    stateful: bool = False  # never folded, merged or removed as a duplicate
+    num_outputs: int = 1
+
+
+REGISTRY: dict[str, OpDef] = {}
+
+
+def register(type: str, infer: Callable, kernel: Callable, grad: Callable | None = None,
+             stateful: bool = False, num_outputs: int = 1) -> OpDef:
+    """Add op ``type`` to the registry (one call per op)."""
+    if type in REGISTRY:
+        raise GraphError(f"op type {type!r} is already registered")
+    REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs)
+    return REGISTRY[type]
+
+
+def get_op_def(type: str) -> OpDef:
+    try:
+        return REGISTRY[type]
+    except KeyError:
+        raise GraphError(f"unknown op type {type!r}: it is not in the op registry") from None
+
+
+class ShapeError(GraphError):
+    """Raised by an ``infer`` function; the front end adds the op name and the input types."""
+
+
+def broadcast_shapes(a: tuple | None, b: tuple | None) -> tuple | None:
+    """NumPy broadcasting on static shapes, where ``None`` marks an unknown size."""
+    if a is None or b is None:
+        return None
+    out = []
+    for i in range(1, max(len(a), len(b)) + 1):
+        x = a[-i] if i <= len(a) else 1
+        y = b[-i] if i <= len(b) else 1
+        if x == 1:
+            out.append(y)
+        elif y == 1 or y == x:
+            out.append(x)
+        elif x is None or y is None:
+            out.append(x if y is None else y)
+        else:
+            raise ShapeError(f"shapes {a} and {b} do not broadcast (dimension {-i}: {x} vs {y})")
+    return tuple(reversed(out))

@@ -1,0 +1,122 @@
+"""Exercise 05 (reverse-mode autodiff), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once (as in tests/test_grader.py):
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* a ``gradients`` that keeps only the last contribution to a tensor instead of summing them
+  gets partial marks: the rules and the no-rule error pass, every walk over a reused tensor fails;
+* a ``grad_add``/``grad_mul`` without unbroadcasting gets partial marks too;
+* in process: every cell of the source notebook passes, and its gradients equal the reference
+  on random graphs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, by_id, edit_cell, notebook_namespace, read_nb, replacing, start_check, start_release,
+    with_cells_from, write_nb,
+)
+
+ASSIGNMENT = "05_autodiff"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "autodiff.ipynb"
+MAX_SCORE = 12.0
+SOLUTION_CELLS = ("grad_rules", "gradients")
+REUSE_TESTS = {"test_gradients_example", "hidden_random_graphs", "hidden_weight_sharing"}
+BROADCAST_TESTS = {"test_rules_example", "hidden_rules", "hidden_random_graphs"}
+
+pytestmark = pytest.mark.timeout(300)
+
+NO_SUM = replacing("grads.setdefault(t, []).append(gt)", "grads[t] = [gt]")
+NO_UNBROADCAST = [replacing("return [sum_to(g, a), sum_to(g, b)]", "return [g, g]"),
+                  replacing("return [sum_to(g * b, a), sum_to(g * a, b)]", "return [g * b, g * a]")]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    work = tmp_path_factory.mktemp("grader05")
+    source = read_nb(SOURCE)
+    no_sum = write_nb(work / "no_sum" / SOURCE.name, edit_cell(source, "gradients", NO_SUM))
+    no_bc = source
+    for edit in NO_UNBROADCAST:
+        no_bc = edit_cell(no_bc, "grad_rules", edit)
+    no_bc = write_nb(work / "no_bc" / SOURCE.name, no_bc)
+    release_out = work / "release"
+
+    release = start_release(work, release_out)
+    started = {"source": start_check(work, "source", SOURCE), "no_sum": start_check(work, "no_sum", no_sum),
+               "no_bc": start_check(work, "no_bc", no_bc)}
+    results = {"release": release.wait().ok()}
+    released = release_out / ASSIGNMENT / SOURCE.name
+    started["released"] = start_check(work, "released", released)
+    solved = write_nb(work / "solved" / SOURCE.name, with_cells_from(read_nb(released), source, SOLUTION_CELLS))
+    started["released_solved"] = start_check(work, "released_solved", solved)
+    for name, run in started.items():
+        results[name] = run.wait()
+    results["released_text"] = released.read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"].result()
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
+    assert result["score"] == MAX_SCORE, failed
+    assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    result = runs["released"].result()
+    assert result["score"] == 0 and result["error"] is None
+    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
+        t["hint"] for t in result["tests"]]
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "def _random_graph", "sum_to(g * b, a)"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"].result()
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["score"] == MAX_SCORE, failed
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
+
+
+def test_overwriting_instead_of_summing_gets_partial_marks(runs):
+    result = runs["no_sum"].result()
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in REUSE_TESTS), (test_id, test["hint"])
+    assert "gradients of x * x + x at x = [1, 2, -3]" in tests["test_gradients_example"]["hint"]
+
+
+def test_no_unbroadcast_gets_partial_marks(runs):
+    result = runs["no_bc"].result()
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in BROADCAST_TESTS), (test_id, test["hint"])
+    assert "expected shape (4,), found (3, 4)" in tests["test_rules_example"]["hint"]
+
+
+def test_source_gradients_match_reference_in_process():
+    import reference_impl.graph as G
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="gradients")
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        g = G.Graph()
+        with g.as_default():
+            a, b = G.placeholder("float64", [3, 3]), G.placeholder("float64", [3])
+            h = G.tanh(G.matmul(a, a) * b + a)
+            y = G.reduce_sum(h * a, axis=int(rng.integers(2)))
+            mine, ref = ns["gradients"]([y], [a, b]), G.gradients([y], [a, b])
+        feed = {a: rng.normal(size=(3, 3)), b: rng.normal(size=3)}
+        with G.Session(g) as s:
+            for m, r in zip(s.run(mine, feed), s.run(ref, feed)):
+                np.testing.assert_allclose(m, r, rtol=1e-12)

@@ -1,0 +1,352 @@
+"""The grader's learner and instructor commands (grader/scores.py, watch.py, instructor.py, cli.py).
+
+The grading itself is check.check_notebook's job (tests/test_grader.py); these tests use a
+tiny course of their own (one assignment, a function ``add`` and a ``mul`` with one visible
+and two hidden tests, 1 + 2 + 3 points) so that a grading run costs a few seconds, and check
+what the commands around grading do: the learner's score book and ``list``, the concept
+page line, ``--watch``, ``--device gpu`` without a GPU, and a class of submissions
+(correct, partial, broken JSON, hanging) through collect, autograde, feedback and export.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+from notebook_tools import Started, edit_cell, replacing, write_nb
+
+from grader import watch as watch_mod
+from grader.course import Course
+from grader.report import GradingResult, TestResult
+from grader.scores import read_scores, record_result, render_list
+
+ASSIGNMENT = "01_tiny"
+
+
+def _code(grade_id: str, source: str, *, grade: bool = False, solution: bool = False,
+          points: int = 0) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": not solution, "schema_version": 3,
+            "solution": solution, "task": False}
+    if grade:
+        meta["points"] = points
+    return {"cell_type": "code", "execution_count": None, "metadata": {"nbgrader": meta},
+            "outputs": [], "source": source}
+
+
+SOLUTION = '''def add(a, b):
+    ### BEGIN SOLUTION
+    return a + b
+    ### END SOLUTION
+
+
+def mul(a, b):
+    ### BEGIN SOLUTION
+    return a * b
+    ### END SOLUTION
+'''
+
+
+def tiny_notebook() -> dict:
+    """The source notebook of the tiny course (what a correct submission looks like too)."""
+    return {
+        "nbformat": 4, "nbformat_minor": 5,
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                     "language_info": {"name": "python"},
+                     "lab": {"assignment": ASSIGNMENT, "concept_page": "concepts/allreduce-vs-parameter-servers.md"}},
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# Tiny exercise"},
+            _code("solution", SOLUTION, solution=True),
+            _code("test_add_visible", "assert add(2, 3) == 5, f'add(2, 3) should be 5, got {add(2, 3)}'",
+                  grade=True, points=1),
+            _code("hidden_add", "### BEGIN HIDDEN TESTS\nfor a in range(-3, 4):\n    assert add(a, 7) == a + 7, "
+                  "f'add({a}, 7) should be {a + 7}, got {add(a, 7)}'\n### END HIDDEN TESTS\n", grade=True, points=2),
+            _code("hidden_mul", "### BEGIN HIDDEN TESTS\nassert mul(6, 7) == 42, f'mul(6, 7) should be 42, "
+                  "got {mul(6, 7)}'\n### END HIDDEN TESTS\n", grade=True, points=3),
+        ],
+    }
+
+
+def with_written_hint(nb: dict) -> dict:
+    """``nb`` with the instructor's hint on hidden_mul (test cell metadata ``lab.hint``)."""
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "hidden_mul":
+            cell["metadata"]["lab"] = {"hint": "mul multiplies:   reread   section 2."}
+    return nb
+
+
+@pytest.fixture(scope="module")
+def tiny_course(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny-course")
+    (root / "nbgrader_config.py").write_text((ROOT / "exercises" / "nbgrader_config.py").read_text())
+    write_nb(root / "source" / ASSIGNMENT / "tiny.ipynb", with_written_hint(tiny_notebook()))
+    return root
+
+
+def partial_notebook() -> dict:
+    """add is right, mul adds: 3 of 6 points, and the hint names mul(6, 7)."""
+    return edit_cell(tiny_notebook(), "solution", replacing("return a * b", "return a + b"))
+
+
+def hanging_notebook() -> dict:
+    """A solution cell that never finishes (before it defines anything): every test fails."""
+    return edit_cell(tiny_notebook(), "solution", lambda s: "while True:\n    pass\n\n" + s)
+
+
+def start(*args: str, cwd: Path, course: Path) -> Started:
+    return Started("--course", str(course), *args, cwd=cwd)
+
+
+# --------------------------------------------------------------------------- learner: check, list
+
+
+def test_check_records_scores_and_names_the_concept_page(tiny_course, tmp_path):
+    partial = write_nb(tmp_path / "tiny.ipynb", partial_notebook())
+    run = start("check", str(partial), "--feedback-dir", "fb", cwd=tmp_path, course=tiny_course).wait().ok()
+    assert "Read more: " in run.stdout
+    assert str(ROOT / "docs" / "concepts" / "allreduce-vs-parameter-servers.md") in run.stdout
+    assert "mul(6, 7) should be 42, got 13" in run.stdout  # the failing hidden test's hint
+    assert "Hints from the instructor:\n  - hidden_mul: mul multiplies: reread section 2.\n" in run.stdout
+    book = json.loads((tmp_path / "fb" / "scores.json").read_text())
+    assert set(book) == {ASSIGNMENT}
+    entry = book[ASSIGNMENT]
+    assert (entry["score"], entry["max_score"], entry["passed"], entry["tests"]) == (3, 6, 2, 3)
+    assert entry["completed"] is True and entry["notebook"] == str(partial.resolve())
+
+    listing = start("list", "--feedback-dir", "fb", cwd=tmp_path, course=tiny_course).wait().ok().stdout
+    row = next(line for line in listing.splitlines() if line.startswith(ASSIGNMENT))
+    assert row.split()[1:3] == ["3/6", "2/3"]
+    assert "1 of 1 assignments checked; 3/6 points" in listing
+
+
+def test_list_shows_every_assignment_and_keeps_only_the_latest(tmp_path):
+    course = Course.at(ROOT / "exercises")
+    first = GradingResult("02_alpha_beta", "a.ipynb", tests=[TestResult("t1", 0, 2, False, "no"),
+                                                            TestResult("t2", 1, 1, True)])
+    record_result(tmp_path, first, when=1_000_000)
+    later = GradingResult("02_alpha_beta", "a.ipynb", tests=[TestResult("t1", 2, 2, True),
+                                                            TestResult("t2", 1, 1, True)])
+    record_result(tmp_path, later, when=2_000_000)
+    stopped = GradingResult("01_ring_allreduce", "r.ipynb", tests=[TestResult("t", 0, 4, False)],
+                            error="stopped after 5 s")
+    record_result(tmp_path, stopped)
+    book = read_scores(tmp_path)
+    assert book["02_alpha_beta"]["score"] == 3 and book["02_alpha_beta"]["passed"] == 2
+    text = render_list(course, book)
+    rows = {line.split()[0]: line for line in text.splitlines()[2:-2]}
+    assert set(rows) == {a.name for a in course.assignments}
+    assert rows["02_alpha_beta"].split()[1:3] == ["3/3", "2/2"]
+    assert "grading did not complete" in rows["01_ring_allreduce"]
+    assert rows["03_recursive_doubling"].endswith("not checked yet")
+    assert f"2 of {len(rows)} assignments checked; 3/7 points" in text
+
+
+def test_a_corrupt_score_book_is_reported_not_overwritten(tiny_course, tmp_path):
+    (tmp_path / "scores.json").write_text("{not json")
+    run = start("list", "--feedback-dir", str(tmp_path), cwd=tmp_path, course=tiny_course).wait()
+    assert run.returncode == 2
+    assert "scores.json: the score book cannot be read" in run.stderr
+    assert (tmp_path / "scores.json").read_text() == "{not json"
+
+
+def test_device_gpu_without_cupy_says_so(tiny_course, tmp_path):
+    nb = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())
+    run = start("check", str(nb), "--device", "gpu", cwd=tmp_path, course=tiny_course).wait()
+    assert run.returncode == 2
+    assert run.stderr.startswith("grader: --device gpu: CuPy")
+    assert not (tmp_path / "grader-feedback").exists()  # nothing graded
+
+
+def test_max_runs_needs_watch(tiny_course, tmp_path):
+    nb = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())
+    run = start("check", str(nb), "--max-runs", "2", cwd=tmp_path, course=tiny_course).wait()
+    assert run.returncode == 2 and "--max-runs only makes sense with --watch" in run.stderr
+
+
+# --------------------------------------------------------------------------- learner: --watch
+
+
+def test_watch_regrades_after_each_save_and_stops_at_max_runs(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text("v0")
+    runs, announced = [], []
+
+    def grade():
+        runs.append(path.read_text())
+        if len(runs) < 3:
+            version = len(runs)
+
+            def save():
+                time.sleep(0.1)
+                path.write_text(f"v{version} saved")  # a different size too: mtime granularity cannot hide it
+            threading.Thread(target=save).start()
+
+    count = watch_mod.watch(path, grade, max_runs=3, poll=0.02, announce=announced.append)
+    assert count == 3
+    assert runs == ["v0", "v1 saved", "v2 saved"]
+    assert announced == [f"watching {path} for changes (Ctrl-C to stop)"] * 2
+
+
+def test_wait_for_change_ignores_an_unchanged_file_and_a_file_mid_save(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text("same")
+    polls = []
+
+    def sleep(_):
+        polls.append(len(polls))
+        if len(polls) == 3:
+            path.unlink()  # an editor replacing the file: missing for a moment
+        if len(polls) == 5:
+            path.write_text("new content")
+
+    watch_mod.wait_for_change(path, poll=0, sleep=sleep)
+    # polls 1-2: unchanged; 3-4: missing; 5: changed; 6: still the same, so it returns
+    assert len(polls) == 6
+
+
+def test_watch_via_the_command_line_survives_a_half_saved_file(tiny_course, tmp_path):
+    nb = write_nb(tmp_path / "tiny.ipynb", partial_notebook())
+    run = start("check", str(nb), "--watch", "--max-runs", "3", "--poll", "0.1", "--json",
+                cwd=tmp_path, course=tiny_course)
+    deadline = time.monotonic() + 120
+    book = tmp_path / "grader-feedback" / "scores.json"
+    while not book.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.3)
+    nb.write_text('{"cells": [')  # saved half-way: reported, and the watch goes on
+    time.sleep(2.0)
+    write_nb(nb, tiny_notebook())  # the learner fixes mul and saves
+    done = run.wait(timeout=120).ok()
+    decoder, text, results = json.JSONDecoder(), done.stdout.strip(), []
+    while text:
+        obj, end = decoder.raw_decode(text)
+        results.append(obj)
+        text = text[end:].strip()
+    assert [r["score"] for r in results] == [3, 6]
+    assert done.stderr.count("watching") == 2
+    assert "tiny.ipynb: not a Jupyter notebook (invalid JSON" in done.stderr
+    assert json.loads(book.read_text())[ASSIGNMENT]["score"] == 6
+
+
+# --------------------------------------------------------------------------- instructor
+
+
+def test_a_class_through_collect_autograde_feedback_export(tiny_course, tmp_path):
+    handed_in = tmp_path / "handed-in"
+    write_nb(handed_in / "alice.ipynb", tiny_notebook())
+    write_nb(handed_in / "bob" / "tiny.ipynb", partial_notebook())
+    (handed_in / "carol.ipynb").write_text('{"cells": [')  # broken JSON
+    write_nb(handed_in / "dave" / "my attempt.ipynb", hanging_notebook())
+    work = tmp_path / "work"
+    work.mkdir()
+
+    collected = start("collect", str(handed_in), cwd=work, course=tiny_course).wait().ok()
+    assert "collected 4 notebooks of 4 students" in collected.stdout
+    assert sorted(p.relative_to(work / "grader-class" / "submitted").as_posix()
+                  for p in (work / "grader-class" / "submitted").rglob("*.ipynb")) == [
+        "alice/alice.ipynb", "bob/tiny.ipynb", "carol/carol.ipynb", "dave/my attempt.ipynb"]
+
+    t0 = time.monotonic()
+    graded = start("autograde", "--jobs", "2", "--cell-timeout", "3", "--timeout", "40",
+                   cwd=work, course=tiny_course).wait(timeout=240).ok()
+    assert time.monotonic() - t0 < 200
+    assert "graded 3 of 4 submissions completely" in graded.stdout  # carol's cannot be graded
+    assert start("feedback", cwd=work, course=tiny_course).wait().ok().stdout.count(".html") == 4
+    assert start("export", cwd=work, course=tiny_course).wait().ok().stdout.count("scores.") == 2
+
+    rows = {r["student"]: r for r in csv.DictReader(io.StringIO((work / "grader-class" / "scores.csv").read_text()))}
+    assert set(rows) == {"alice", "bob", "carol", "dave"}
+    assert (rows["alice"]["status"], float(rows["alice"]["score"]), float(rows["alice"]["max_score"])) == ("graded", 6, 6)
+    assert (rows["bob"]["status"], float(rows["bob"]["score"])) == ("graded", 3)
+    assert rows["carol"]["status"] == "invalid"
+    assert "carol/carol.ipynb: not a Jupyter notebook (invalid JSON" in rows["carol"]["error"]
+    assert float(rows["carol"]["score"]) == 0 and rows["carol"]["assignment"] == ""
+    assert float(rows["dave"]["score"]) == 0 and rows["dave"]["assignment"] == ASSIGNMENT
+    dave = json.loads((work / "grader-class" / "results" / "dave" / "my attempt.json").read_text())
+    assert any("ran longer than 3 s" in e["error"] for e in dave["cell_errors"]), dave["cell_errors"]
+
+    data = json.loads((work / "grader-class" / "scores.json").read_text())
+    assert data["students"] == {"alice": {"score": 6, "max_score": 6}, "bob": {"score": 3, "max_score": 6},
+                                "carol": {"score": 0, "max_score": 0}, "dave": {"score": 0, "max_score": 6}}
+    bob = next(r for r in data["submissions"] if r["student"] == "bob")
+    assert [(t["id"], t["score"], t["passed"]) for t in bob["tests"]] == [
+        ("test_add_visible", 1, True), ("hidden_add", 2, True), ("hidden_mul", 0, False)]
+    assert "mul(6, 7) should be 42, got 13" in bob["tests"][2]["hint"]
+    assert [t["written_hint"] for t in bob["tests"]] == [None, None, "mul multiplies: reread section 2."]
+    alice = next(r for r in data["submissions"] if r["student"] == "alice")
+    assert all(t["written_hint"] is None for t in alice["tests"])  # shown for failed tests only
+
+    page = (work / "grader-class" / "feedback" / "bob.html").read_text()
+    assert "3 / 6" in page and "hidden_mul" in page and "mul(6, 7) should be 42, got 13" in page
+    assert "<em>Hint: mul multiplies: reread section 2.</em>" in page
+    assert "BEGIN HIDDEN TESTS" not in page and "for a in range(-3, 4)" not in page
+    carol = (work / "grader-class" / "feedback" / "carol.html").read_text()
+    assert "invalid JSON" in carol
+
+
+def test_collect_rejects_bad_input(tiny_course, tmp_path):
+    missing = start("collect", str(tmp_path / "nope"), cwd=tmp_path, course=tiny_course).wait()
+    assert missing.returncode == 2 and "no such folder of submissions" in missing.stderr
+    (tmp_path / "empty").mkdir()
+    empty = start("collect", str(tmp_path / "empty"), cwd=tmp_path, course=tiny_course).wait()
+    assert empty.returncode == 2 and "no submissions found" in empty.stderr
+    write_nb(tmp_path / "odd" / "-rf.ipynb", tiny_notebook())
+    odd = start("collect", str(tmp_path / "odd"), cwd=tmp_path, course=tiny_course).wait()
+    assert odd.returncode == 2 and "'-rf' is not a usable student name" in odd.stderr
+    nothing = start("autograde", cwd=tmp_path, course=tiny_course).wait()
+    assert nothing.returncode == 2 and "nothing collected yet" in nothing.stderr
+
+
+# --------------------------------------------------------------------------- the benchmark's plotter
+
+
+def test_grading_plot_summarises_overhead_and_speedup(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    try:
+        import plot_grading
+        from mkdocs.exceptions import PluginError
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "hooks"))
+    data = {"benchmark": "grading",
+            "machine": {"cpu": "test cpu", "cores": 2, "mpi_library": "not used", "date": "2026-11-22T00:00:00+00:00"},
+            "settings": {"target_overhead_s": 5.0},
+            "overhead": [{"assignment": "01_a", "notebook_s": 4.0, "check_s": 7.5, "score": 25, "max_score": 25},
+                         {"assignment": "02_b", "notebook_s": 2.0, "check_s": 9.0, "score": 13, "max_score": 16}],
+            "throughput": {"submissions": 50, "runs": [{"jobs": 1, "seconds": 300.0, "notebooks_per_minute": 10.0},
+                                                       {"jobs": 2, "seconds": 200.0, "notebooks_per_minute": 15.0}]}}
+    svgs, summary = plot_grading.plot(tmp_path / "grading.json", data)
+    assert set(svgs) == {"overhead"} and svgs["overhead"].lstrip().startswith(b"<?xml")
+    assert "| 01_a | 25/25 | 4.00 s | 7.50 s | 3.50 s | yes |" in summary
+    assert "| 02_b | 13/16 | 2.00 s | 9.00 s | 7.00 s | no |" in summary
+    assert "| 2 | 200.0 s | 15.0 | 1.50× |" in summary and "| 1 | 300.0 s | 10.0 | 1.00× |" in summary
+    broken = {**data, "throughput": {"submissions": 50, "runs": [{"jobs": 1, "seconds": 0}]}}
+    with pytest.raises(PluginError, match="throughput"):
+        plot_grading.plot(tmp_path / "grading.json", broken)
+
+
+def test_collect_layouts_and_recollect(tmp_path):
+    from grader.course import InputProblem
+    from grader.instructor import collect, submissions
+
+    hand = tmp_path / "hand"
+    write_nb(hand / "erin.ipynb", tiny_notebook())
+    write_nb(hand / "frank" / "a.ipynb", tiny_notebook())
+    write_nb(hand / "frank" / "sub" / "b.ipynb", tiny_notebook())
+    write_nb(hand / "frank" / ".ipynb_checkpoints" / "a-checkpoint.ipynb", tiny_notebook())
+    write_nb(hand / ".hidden.ipynb", tiny_notebook())
+    workspace = hand / "grader-class"  # the workspace inside the folder is not a student
+    got = sorted(s.key for s in collect(hand, workspace))
+    assert got == ["erin/erin.ipynb", "frank/a.ipynb", "frank/b.ipynb"]
+    assert sorted(s.key for s in collect(hand, workspace)) == got  # collecting again: same, nothing nested
+    (hand / "frank" / "sub" / "b.ipynb").unlink()
+    collect(hand, workspace)
+    assert sorted(s.key for s in submissions(workspace)) == ["erin/erin.ipynb", "frank/a.ipynb"]
+    write_nb(hand / "frank" / "sub" / "a.ipynb", tiny_notebook())
+    with pytest.raises(InputProblem, match="student frank handed in two notebooks called a.ipynb"):
+        collect(hand, workspace)

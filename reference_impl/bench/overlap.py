@@ -165,7 +165,6 @@ def beta_for_ratio(profile: dict[str, Any], ranks: int, alpha: float, ratio: flo
 
 def run_overlap(ratios: list[float], repeats: int, warmup: int) -> None:
     """Step time in overlap and end modes per ratio, and the simulator's predictions of both."""
-    import numpy as np
     from mpi4py import MPI
 
     from ..comm import MPICommunicator

@@ -160,6 +160,37 @@ def start_check(work: Path, name: str, notebook: Path, *extra: str,
                    *extra, cwd=work, env=env)
 
 
+def grade_assignment(work: Path, source_path: Path, assignment: str, solution_cells: Iterable[str],
+                     wrong: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Grade an assignment's standard cases at once, each a parallel ``grader check --json``.
+
+    Cases: ``source`` (the notebook with its solutions), every notebook of ``wrong`` (name ->
+    notebook), ``released`` (the learner version from ``grader release``) and
+    ``released_solved`` (that version with the ``solution_cells`` filled in from the source,
+    so its hidden tests can only come from the gradebook). Returns each case's JSON result,
+    and ``released_path``, the released notebook.
+    """
+    source = read_nb(source_path)
+    release = start_release(work, work / "release")
+    started = {"source": start_check(work, "source", source_path)}
+    for name, nb in wrong.items():
+        started[name] = start_check(work, name, write_nb(work / name / source_path.name, nb))
+    release.wait().ok()
+    released = work / "release" / assignment / source_path.name
+    started["released"] = start_check(work, "released", released)
+    solved = write_nb(work / "solved" / source_path.name,
+                      with_cells_from(read_nb(released), source, solution_cells))
+    started["released_solved"] = start_check(work, "released_solved", solved)
+    results: dict[str, Any] = {name: run.wait().result() for name, run in started.items()}
+    results["released_path"] = released
+    return results
+
+
+def failed_tests(result: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(id, hint) of every test that did not pass: the message of a failed full-marks check."""
+    return [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+
+
 def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The tests of a grader result, by id."""
     return {t["id"]: t for t in result["tests"]}

@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, read_nb, replacing, run_cells, source_of, start_check, start_release,
-    with_cells_from, write_nb,
+    ROOT, by_id, edit_cell, failed_tests, grade_assignment, read_nb, replacing, run_cells, source_of,
 )
 
 ASSIGNMENT = "02_alpha_beta"
@@ -44,33 +43,15 @@ LOG_SIZE = ("design = np.stack([1 / t, m / t], axis=1)", "design = np.stack([1 /
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Any]:
-    work = tmp_path_factory.mktemp("exercise02")
     source = read_nb(SOURCE)
-    release_out = work / "release"
-    release = start_release(work, release_out)
-
-    notebooks = {
-        "wrong_ols_no_factor": edit_cell(edit_cell(source, "fit_alpha_beta", replacing(*OLS)),
-                                         "ring_allreduce_time", replacing(*NO_FACTOR)),
-    }
-
-    started = {"source": start_check(work, "source", SOURCE)}
-    for name, nb in notebooks.items():
-        started[name] = start_check(work, name, write_nb(work / name / "alpha_beta.ipynb", nb))
-    release.wait().ok()
-    released = release_out / ASSIGNMENT / "alpha_beta.ipynb"
-    started["released"] = start_check(work, "released", released)
-    solved = write_nb(work / "solved" / "alpha_beta.ipynb",
-                      with_cells_from(read_nb(released), source, SOLUTION_CELLS))
-    started["released_solved"] = start_check(work, "released_solved", solved)
-    results = {name: run.wait().result() for name, run in started.items()}
-    results["released_path"] = released
-    return results
+    wrong = {"wrong_ols_no_factor": edit_cell(edit_cell(source, "fit_alpha_beta", replacing(*OLS)),
+                                              "ring_allreduce_time", replacing(*NO_FACTOR))}
+    return grade_assignment(tmp_path_factory.mktemp("exercise02"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
 
 
 def test_source_notebook_scores_full_marks(runs):
     result = runs["source"]
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    failed = failed_tests(result)
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
     assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
     assert len(result["tests"]) == 10 and result["cell_errors"] == [] and result["tampered"] == []
@@ -85,7 +66,7 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 def test_released_notebook_with_the_solutions_filled_in_scores_full_marks(runs):
     result = runs["released_solved"]
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    failed = failed_tests(result)
     assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 6
 

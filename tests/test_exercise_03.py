@@ -23,8 +23,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, notebook_namespace, read_nb, run_cells, source_of, start_check, start_release,
-    with_cells_from, write_nb,
+    ROOT, by_id, edit_cell, failed_tests, grade_assignment, notebook_namespace, read_nb, run_cells, source_of,
 )
 
 ASSIGNMENT = "03_recursive_doubling"
@@ -71,32 +70,16 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Any]:
     """Release once, then grade four notebooks at the same time."""
-    work = tmp_path_factory.mktemp("exercise03")
-    source = read_nb(SOURCE)
-    no_fold = write_nb(work / "no_fold" / "recursive_doubling.ipynb",
-                       edit_cell(source, "recursive_doubling_allreduce", NO_FOLD))
-
-    started = {  # these two need no release: start them first
-        "source": start_check(work, "source", SOURCE),
-        "no_fold": start_check(work, "no_fold", no_fold),
-    }
-    start_release(work, work / "release").wait().ok()
-    released_path = work / "release" / ASSIGNMENT / "recursive_doubling.ipynb"
-    released = read_nb(released_path)
-    solved = write_nb(work / "solved" / "recursive_doubling.ipynb",
-                      with_cells_from(released, source, SOLUTION_CELLS))
-
-    started["released"] = start_check(work, "released", released_path)
-    started["solved"] = start_check(work, "solved", solved)
-    results: dict[str, Any] = {name: run.wait().result() for name, run in started.items()}
-    results["released_nb"] = released
+    wrong = {"no_fold": edit_cell(read_nb(SOURCE), "recursive_doubling_allreduce", NO_FOLD)}
+    results = grade_assignment(tmp_path_factory.mktemp("exercise03"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_nb"] = read_nb(results["released_path"])
     return results
 
 
 def test_source_notebook_scores_full_marks(runs):
     result = runs["source"]
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    failed = failed_tests(result)
     assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
     assert len(result["tests"]) == 10 and result["cell_errors"] == [] and result["tampered"] == []
 
@@ -109,8 +92,8 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_released_notebook_with_the_solutions_filled_in_scores_full_marks(runs):
-    result = runs["solved"]
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    result = runs["released_solved"]
+    failed = failed_tests(result)
     assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 6
     assert result["tampered"] == []

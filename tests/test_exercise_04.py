@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, notebook_namespace, read_nb, start_check, start_release, with_cells_from, write_nb,
+    ROOT, by_id, edit_cell, failed_tests, grade_assignment, notebook_namespace, read_nb,
 )
 
 ASSIGNMENT = "04_gradient_bucketing"
@@ -58,35 +58,22 @@ class GradientBucketer:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    work = tmp_path_factory.mktemp("grader04")
-    source = read_nb(SOURCE)
-    at_end = write_nb(work / "at_end" / SOURCE.name, edit_cell(source, "GradientBucketer", REDUCE_AT_THE_END))
-    release_out = work / "release"
-
-    release = start_release(work, release_out)
-    started = {"source": start_check(work, "source", SOURCE), "at_end": start_check(work, "at_end", at_end)}
-    results = {"release": release.wait().ok()}
-    released = release_out / ASSIGNMENT / SOURCE.name
-    started["released"] = start_check(work, "released", released)
-    solved = write_nb(work / "solved" / SOURCE.name,
-                      with_cells_from(read_nb(released), source, SOLUTION_CELLS))
-    started["released_solved"] = start_check(work, "released_solved", solved)
-    for name, run in started.items():
-        results[name] = run.wait()
-    results["released_text"] = released.read_text(encoding="utf-8")
+    wrong = {"at_end": edit_cell(read_nb(SOURCE), "GradientBucketer", REDUCE_AT_THE_END)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader04"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
     return results
 
 
 def test_source_notebook_scores_full_marks(runs):
-    result = runs["source"].result()
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    result = runs["source"]
+    failed = failed_tests(result)
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
     assert result["score"] == MAX_SCORE, failed
     assert len(result["tests"]) == 7 and result["tampered"] == [] and result["cell_errors"] == []
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
-    result = runs["released"].result()
+    result = runs["released"]
     assert result["score"] == 0 and result["error"] is None
     assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
         t["hint"] for t in result["tests"]]
@@ -96,14 +83,14 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_released_notebook_with_solutions_scores_full_marks(runs):
-    result = runs["released_solved"].result()
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    result = runs["released_solved"]
+    failed = failed_tests(result)
     assert result["score"] == MAX_SCORE, failed
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
 
 
 def test_reducing_everything_at_the_end_gets_partial_marks(runs):
-    result = runs["at_end"].result()
+    result = runs["at_end"]
     tests = by_id(result)
     assert 0 < result["score"] < MAX_SCORE
     for test_id, test in tests.items():

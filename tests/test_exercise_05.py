@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, notebook_namespace, read_nb, replacing, start_check, start_release,
-    with_cells_from, write_nb,
+    ROOT, by_id, edit_cell, failed_tests, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "05_autodiff"
@@ -38,39 +37,26 @@ NO_UNBROADCAST = [replacing("return [sum_to(g, a), sum_to(g, b)]", "return [g, g
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    work = tmp_path_factory.mktemp("grader05")
     source = read_nb(SOURCE)
-    no_sum = write_nb(work / "no_sum" / SOURCE.name, edit_cell(source, "gradients", NO_SUM))
     no_bc = source
     for edit in NO_UNBROADCAST:
         no_bc = edit_cell(no_bc, "grad_rules", edit)
-    no_bc = write_nb(work / "no_bc" / SOURCE.name, no_bc)
-    release_out = work / "release"
-
-    release = start_release(work, release_out)
-    started = {"source": start_check(work, "source", SOURCE), "no_sum": start_check(work, "no_sum", no_sum),
-               "no_bc": start_check(work, "no_bc", no_bc)}
-    results = {"release": release.wait().ok()}
-    released = release_out / ASSIGNMENT / SOURCE.name
-    started["released"] = start_check(work, "released", released)
-    solved = write_nb(work / "solved" / SOURCE.name, with_cells_from(read_nb(released), source, SOLUTION_CELLS))
-    started["released_solved"] = start_check(work, "released_solved", solved)
-    for name, run in started.items():
-        results[name] = run.wait()
-    results["released_text"] = released.read_text(encoding="utf-8")
+    wrong = {"no_sum": edit_cell(source, "gradients", NO_SUM), "no_bc": no_bc}
+    results = grade_assignment(tmp_path_factory.mktemp("grader05"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
     return results
 
 
 def test_source_notebook_scores_full_marks(runs):
-    result = runs["source"].result()
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    result = runs["source"]
+    failed = failed_tests(result)
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
     assert result["score"] == MAX_SCORE, failed
     assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
-    result = runs["released"].result()
+    result = runs["released"]
     assert result["score"] == 0 and result["error"] is None
     assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
         t["hint"] for t in result["tests"]]
@@ -80,14 +66,14 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_released_notebook_with_solutions_scores_full_marks(runs):
-    result = runs["released_solved"].result()
-    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    result = runs["released_solved"]
+    failed = failed_tests(result)
     assert result["score"] == MAX_SCORE, failed
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
 
 
 def test_overwriting_instead_of_summing_gets_partial_marks(runs):
-    result = runs["no_sum"].result()
+    result = runs["no_sum"]
     tests = by_id(result)
     assert 0 < result["score"] < MAX_SCORE
     for test_id, test in tests.items():
@@ -96,7 +82,7 @@ def test_overwriting_instead_of_summing_gets_partial_marks(runs):
 
 
 def test_no_unbroadcast_gets_partial_marks(runs):
-    result = runs["no_bc"].result()
+    result = runs["no_bc"]
     tests = by_id(result)
     assert 0 < result["score"] < MAX_SCORE
     for test_id, test in tests.items():

@@ -191,6 +191,19 @@ def failed_tests(result: dict[str, Any]) -> list[tuple[str, str | None]]:
     return [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
 
 
+def assert_full_marks(result: dict[str, Any], max_score: float) -> None:
+    """Every test passed, and the score is the assignment's maximum."""
+    assert result["max_score"] == max_score
+    assert result["score"] == max_score, f"failed tests: {failed_tests(result)}"
+
+
+def assert_unimplemented_scores_zero(result: dict[str, Any], max_score: float) -> None:
+    """A released notebook as handed out: graded to completion, every test failing on the stubs."""
+    assert result["error"] is None and result["score"] == 0 and result["max_score"] == max_score
+    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
+        t["hint"] for t in result["tests"]]
+
+
 def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The tests of a grader result, by id."""
     return {t["id"]: t for t in result["tests"]}

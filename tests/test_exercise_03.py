@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, failed_tests, grade_assignment, notebook_namespace, read_nb, run_cells, source_of,
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, run_cells, source_of,
 )
 
 ASSIGNMENT = "03_recursive_doubling"
@@ -79,22 +80,18 @@ def runs(tmp_path_factory) -> dict[str, Any]:
 def test_source_notebook_scores_full_marks(runs):
     result = runs["source"]
     assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
-    failed = failed_tests(result)
-    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert_full_marks(result, MAX_SCORE)
     assert len(result["tests"]) == 10 and result["cell_errors"] == [] and result["tampered"] == []
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
-    assert result["error"] is None and result["score"] == 0 and result["max_score"] == MAX_SCORE
-    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
-        t["hint"] for t in result["tests"]]
+    assert_unimplemented_scores_zero(result, MAX_SCORE)
 
 
 def test_released_notebook_with_the_solutions_filled_in_scores_full_marks(runs):
     result = runs["released_solved"]
-    failed = failed_tests(result)
-    assert result["score"] == MAX_SCORE, f"failed tests: {failed}"
+    assert_full_marks(result, MAX_SCORE)
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 6
     assert result["tampered"] == []
 

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, by_id, edit_cell, failed_tests, grade_assignment, notebook_namespace, read_nb, replacing,
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "05_autodiff"
@@ -49,17 +50,14 @@ def runs(tmp_path_factory):
 
 def test_source_notebook_scores_full_marks(runs):
     result = runs["source"]
-    failed = failed_tests(result)
-    assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
-    assert result["score"] == MAX_SCORE, failed
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
     assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
-    assert result["score"] == 0 and result["error"] is None
-    assert all(not t["passed"] and "NotImplementedError" in t["hint"] for t in result["tests"]), [
-        t["hint"] for t in result["tests"]]
+    assert_unimplemented_scores_zero(result, MAX_SCORE)
     text = runs["released_text"]
     for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "def _random_graph", "sum_to(g * b, a)"):
         assert secret not in text, f"{secret!r} leaked into the release"
@@ -67,8 +65,7 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 def test_released_notebook_with_solutions_scores_full_marks(runs):
     result = runs["released_solved"]
-    failed = failed_tests(result)
-    assert result["score"] == MAX_SCORE, failed
+    assert_full_marks(result, MAX_SCORE)
     assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
 
 

@@ -27,6 +27,7 @@ import re
 import secrets
 import shutil
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from .course import (
     repo_root,
     scratch_course,
 )
-from .guard import instrument, strip_guard_lines
+from .guard import HIDDEN_TESTS, instrument, strip_guard_lines
 from .report import CellError, GradingResult, TestResult
 from .sandbox import (
     DEFAULT_MEMORY_MB,
@@ -53,8 +54,6 @@ STUDENT = "learner"
 DEFAULT_TIMEOUT = 600.0
 HINT_LIMIT = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_HIDDEN = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS.*?^[ \t]*#+[ \t]*END HIDDEN TESTS[^\n]*\n?",
-                     re.MULTILINE | re.DOTALL)
 
 
 def check_notebook(
@@ -108,9 +107,12 @@ def check_notebook(
         grades = record.get("grades", {}).get(stem)
         autograded = root / "autograded" / STUDENT / assignment.name / nb_name
         outputs = _cell_outputs(autograded) if autograded.is_file() else {}
+        seconds = _cell_seconds(autograded) if autograded.is_file() else {}
         if grades is not None:
             guard = record.get("guard", {}).get(stem, {})
             result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout, guard)
+            for test in result.tests:
+                test.seconds = seconds.get(test.id)
             result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout)
         else:
             result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]
@@ -233,6 +235,28 @@ def _cell_outputs(autograded: Path) -> dict[str, list[dict[str, Any]]]:
     return found
 
 
+def _cell_seconds(autograded: Path) -> dict[str, float]:
+    """How long each graded cell ran in the kernel, by grade id.
+
+    Read from the execution timestamps the notebook client records in each cell's metadata
+    (the kernel's own clock: input received to reply sent), so a slow test is visible
+    without any timing code in the notebook.
+    """
+    content = json.loads(autograded.read_text(encoding="utf-8"))
+    found = {}
+    for cell in content.get("cells", []):
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        stamps = cell.get("metadata", {}).get("execution", {})
+        try:
+            start = datetime.fromisoformat(stamps["iopub.execute_input"].replace("Z", "+00:00"))
+            end = datetime.fromisoformat(stamps["shell.execute_reply"].replace("Z", "+00:00"))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if grade_id:
+            found[grade_id] = round(max(0.0, (end - start).total_seconds()), 3)
+    return found
+
+
 def describe_error(errors: list[dict[str, Any]], cell_timeout: int | None) -> str | None:
     """One line a learner can act on: the exception and its message (what was expected/found)."""
     if not errors:
@@ -295,7 +319,7 @@ def _other_cell_errors(autograded: Path, test_ids: set[str], cell_timeout: int |
 
 
 def _normalised(source: str) -> str:
-    without_hidden = _HIDDEN.sub("", strip_guard_lines(source))
+    without_hidden = HIDDEN_TESTS.sub("", strip_guard_lines(source))
     return "\n".join(line.rstrip() for line in without_hidden.strip().splitlines())
 
 

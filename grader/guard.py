@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import sys
 import threading
 import types
@@ -142,6 +143,33 @@ def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool]
         cell["outputs"] = [o for o in cell.get("outputs", [])
                            if o.get("output_type") != "stream" or o.get("text")]
     return finished, refused
+
+
+HIDDEN_TESTS = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS.*?^[ \t]*#+[ \t]*END HIDDEN TESTS[^\n]*\n?",
+                          re.MULTILINE | re.DOTALL)
+
+
+def conceal_hidden_tests(notebook: dict[str, Any]) -> int:
+    """Take the hidden tests out of an autograded notebook before it becomes feedback; how
+    many cells had some.
+
+    nbgrader puts the hidden tests back into the notebook it runs, so its feedback page
+    would print them, and an IPython traceback quotes the failing lines. In every test cell
+    with hidden tests, the hidden block becomes one comment line and error tracebacks shrink
+    to ``Error: message`` (the message says what was expected and what was found).
+    """
+    concealed = 0
+    for cell in notebook.get("cells", []):
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        source = _source(cell)
+        if cell.get("cell_type") != "code" or not meta.get("grade") or not HIDDEN_TESTS.search(source):
+            continue
+        cell["source"] = HIDDEN_TESTS.sub("# (hidden tests: run by the grader, not shown)\n", source)
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+        concealed += 1
+    return concealed
 
 
 OUTPUT_LIMIT = 20_000  # characters kept of one output (the feedback must stay readable)
@@ -292,12 +320,18 @@ def tampering(namespace: dict[str, Any], helpers: dict[str, str]) -> str | None:
 def begin(test: str, learner: tuple[str, ...], helpers: dict[str, str], namespace: dict[str, Any]) -> None:
     """Before a test cell's code: refuse if tampered with, then trace calls to the reference."""
     global _trace
+    if isinstance(sys.gettrace(), _CallTrace):  # left by an earlier test that failed before ``end``
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]
     reason = tampering(namespace, helpers)
     if reason:
         _refuse(test, reason)
     _trace = _CallTrace(sys._getframe(1).f_code.co_filename, learner)
-    sys.setprofile(_trace)
-    threading.setprofile(_trace)
+    # A global trace function that returns None sees only Python calls (no per-line, return
+    # or C-call events, which a profile function would get): the cheapest hook that still
+    # sees a learner function call a reference function, on every thread rank.
+    sys.settrace(_trace)
+    threading.settrace(_trace)
 
 
 def _reference_names(namespace: dict[str, Any]) -> set[str]:
@@ -320,12 +354,12 @@ def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
     order, are not counted.)"""
     global _trace
     trace, _trace = _trace, None
-    if trace is None or sys.getprofile() is not trace:
-        sys.setprofile(None)
-        threading.setprofile(None)  # type: ignore[arg-type]
+    if trace is None or sys.gettrace() is not trace:
+        sys.settrace(None)
+        threading.settrace(None)  # type: ignore[arg-type]
         _refuse(test, "the grader's call tracer was removed")
-    sys.setprofile(None)
-    threading.setprofile(None)  # type: ignore[arg-type]
+    sys.settrace(None)
+    threading.settrace(None)  # type: ignore[arg-type]
     compared = _reference_names(namespace or {})
     delegated = sorted(name for name in set(trace.by_learner) & trace.by_test
                        if name in compared or name.rsplit(".", 1)[-1] == trace.by_learner[name].split(".")[0])

@@ -135,8 +135,8 @@ def grade_submission(sub: Submission, course_root: str, timeout: float,
                      cell_timeout: int | None, memory_mb: int) -> dict[str, Any]:
     """The grading record of one submission; never raises (a failure is the record's status).
 
-    Runs in a pool worker. The nbgrader feedback HTML of the run is thrown away: it shows
-    the autograded notebook, hidden tests included; ``feedback`` writes its own pages.
+    Runs in a pool worker. The nbgrader feedback HTML of the run is thrown away:
+    ``feedback`` writes one page per student over all of their assignments instead.
     """
     record: dict[str, Any] = {"student": sub.student, "submission": sub.path.name, "assignment": None,
                               "status": "error", "score": 0.0, "max_score": 0.0, "tests": [],

@@ -3,7 +3,7 @@
 The JSON has a fixed shape, relied on by scripts and by the tests::
 
     {"assignment", "notebook", "score", "max_score",
-     "tests": [{"id", "score", "max_score", "passed", "hint"}],
+     "tests": [{"id", "score", "max_score", "passed", "hint", "seconds"}],
      "feedback_html", ...}
 
 plus a few extra keys: ``timed_out``, ``error`` (why grading did not complete),
@@ -31,6 +31,7 @@ class TestResult:
     max_score: float
     passed: bool
     hint: str | None = None
+    seconds: float | None = None  # the test cell's run time in the kernel (None: it did not run)
 
 
 @dataclass
@@ -92,11 +93,15 @@ def _points(x: float) -> str:
     return f"{x:g}"
 
 
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f} s"
+
+
 def render_table(result: GradingResult) -> str:
     """A plain-text report: one row per test, the total, then notes and the feedback path."""
     width = max(72, min(shutil.get_terminal_size((100, 24)).columns, 160))
     id_w = max([len("test")] + [len(t.id) for t in result.tests])
-    head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  status"
+    head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  {'time':>7}  status"
     lines = [
         f"Assignment {result.assignment}: {result.notebook}",
         "",
@@ -106,7 +111,7 @@ def render_table(result: GradingResult) -> str:
     indent = " " * (id_w + 2)
     for t in result.tests:
         status = "pass" if t.passed else "FAIL"
-        lines.append(f"{t.id:<{id_w}}  {_points(t.score):>6}  {_points(t.max_score):>4}  {status}")
+        lines.append(f"{t.id:<{id_w}}  {_points(t.score):>6}  {_points(t.max_score):>4}  {_seconds(t.seconds):>7}  {status}")
         if t.hint:
             for hint_line in textwrap.wrap(t.hint, width - len(indent) - 2) or [""]:
                 lines.append(f"{indent}  {hint_line}")

@@ -134,6 +134,33 @@ def _survive_kernel_death() -> None:
     Execute.preprocess_cell = preprocess_cell
 
 
+def _feedback_exporter() -> type:
+    """nbconvert's HTML exporter without its last pass, for the feedback pages.
+
+    After templating, nbconvert re-parses the whole page (~280 kB, bootstrap inlined) with
+    BeautifulSoup only to add alt texts to images and tab stops to cells: about a second
+    per notebook, the largest single cost of a check after the notebook itself. The page
+    is the same without it (the feedback shows no images of its own).
+    """
+    from nbconvert.exporters import HTMLExporter
+    from nbconvert.exporters.templateexporter import TemplateExporter
+    from nbconvert.filters.highlight import Highlight2HTML
+    from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
+
+    class FeedbackExporter(HTMLExporter):
+        def from_notebook_node(self, nb: Any, resources: Any = None, **kw: Any) -> Any:
+            language = nb.metadata.get("language_info", {})
+            lexer = language.get("pygments_lexer", language.get("name"))
+            resources = self._init_resources(resources)
+            self.register_filter("highlight_code", self.filters.get(
+                "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
+            self.register_filter("filter_data_type", WidgetsDataTypeFilter(
+                notebook_metadata=self._nb_metadata, parent=self, resources=resources))
+            return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
+
+    return FeedbackExporter
+
+
 def _api(root: Path, cell_timeout: int | None) -> Any:
     from nbgrader.apps import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -146,6 +173,7 @@ def _api(root: Path, cell_timeout: int | None) -> Any:
     exchange = root / "exchange"  # never used; keeps nbgrader away from /usr/local/share
     exchange.mkdir(exist_ok=True)
     config.Exchange.root = str(exchange)
+    config.GenerateFeedback.exporter_class = _feedback_exporter()
     if cell_timeout is not None:
         config.ExecutePreprocessor.timeout = cell_timeout
         config.Execute.timeout = cell_timeout
@@ -171,11 +199,12 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
     """Zero every test whose cell did not print this run's ``ok`` line (see ``grader.guard``).
 
     The gradebook is corrected, so the scores read back and the feedback agree; the guard's
-    lines are removed from the autograded notebooks the feedback is made from.
+    lines and the hidden tests are removed from the autograded notebooks the feedback is made
+    from.
     """
     from nbgrader.api import Gradebook
 
-    from grader.guard import read_verdicts, truncate_outputs
+    from grader.guard import conceal_hidden_tests, read_verdicts, truncate_outputs
 
     verdicts: dict[str, Any] = {}
     folder = root / "autograded" / student / assignment
@@ -184,6 +213,7 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
             content = json.loads(path.read_text(encoding="utf-8"))
             finished, refused = read_verdicts(content, token)
             truncate_outputs(content)
+            conceal_hidden_tests(content)
             path.write_text(json.dumps(content, indent=1), encoding="utf-8")
             submitted = gb.find_submission_notebook(path.stem, assignment, student)
             for grade in submitted.grades:

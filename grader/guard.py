@@ -17,8 +17,8 @@ those holes, in two halves:
 * kernel side (``begin``, ``end``): ``begin`` refuses to run the test (raises
   ``TamperedError``, whose message becomes the test's hint) when the notebook has replaced
   the traceback display, a builtin, a NumPy checking function, a ``reference_impl``
-  function, or a helper defined in a locked cell; it then traces calls while the test
-  runs. ``end`` refuses the credit when the learner's code called the very reference
+  function, or a helper defined in a locked cell; it then watches calls into the
+  reference while the test runs (``_CallWatch``). ``end`` refuses the credit when the learner's code called the very reference
   function the test compares it with.
 
 This is a tripwire against the known tricks, not a proof: code in the kernel can in
@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import re
 import sys
-import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -199,42 +199,88 @@ def truncate_outputs(notebook: dict[str, Any], limit: int = OUTPUT_LIMIT) -> int
 # --------------------------------------------------------------------------- kernel side
 
 
-class _CallTrace:
-    """Which reference functions the test calls, and which the learner's code calls."""
+class _CallWatch:
+    """Which reference functions the test calls, and which the learner's functions call.
+
+    While a test runs, every module-level ``reference_impl`` function is replaced, in its
+    modules and in the notebook's globals, by a thin wrapper that looks at its caller's
+    frame and then calls the original. Only calls into the reference pay (one frame look-up
+    each), unlike a ``sys.settrace``/``setprofile`` hook, which slows every line of every
+    thread rank about twofold. Callers are told apart by their code: the test cell's own
+    code, or a function the learner wrote (a solution cell's top-level name). A reference
+    function that the learner's code reached another way (saved in a closure or an object
+    before the test began) is not seen: the guard is a tripwire, not a proof.
+    """
 
     def __init__(self, test_file: str, learner: tuple[str, ...]):
         self.test_file = test_file
         self.learner = set(learner)
         self.by_test: set[str] = set()
-        self.by_learner: dict[str, str] = {}
-        self.under_test: set[str] = set()  # the learner's functions the test calls directly
+        self.by_learner: dict[str, str] = {}  # reference function -> the learner function calling it
+        self.patched: list[tuple[dict[str, Any], str, Any, Any]] = []  # (namespace, key, original, wrapper)
 
-    def __call__(self, frame: types.FrameType, event: str, arg: Any) -> None:
-        if event != "call":
-            return
-        code = frame.f_code
-        if not code.co_filename.startswith(REFERENCE_DIR):
-            top = code.co_qualname.split(".")[0]
-            if top in self.learner and frame.f_back is not None \
-                    and frame.f_back.f_code.co_filename == self.test_file:
-                self.under_test.add(top)
-            return
-        if "." in code.co_qualname:
-            return
-        caller = frame.f_back
+    def saw(self, name: str, caller: types.FrameType | None) -> None:
+        """Record a call of the reference function ``name`` made from ``caller``'s code."""
         while caller is not None and "site-packages" in caller.f_code.co_filename:
             caller = caller.f_back
         if caller is None:
             return
-        name = f"{frame.f_globals.get('__name__', '?')}.{code.co_name}"
-        if caller.f_code.co_filename == self.test_file:
+        code = caller.f_code
+        if code.co_filename == self.test_file:
             self.by_test.add(name)
-        elif caller.f_code.co_qualname.split(".")[0] in self.under_test \
-                and not caller.f_code.co_filename.startswith(REFERENCE_DIR):
-            self.by_learner.setdefault(name, caller.f_code.co_qualname)
+        elif not code.co_filename.startswith(REFERENCE_DIR) and code.co_qualname.split(".")[0] in self.learner:
+            self.by_learner.setdefault(name, code.co_qualname)
+
+    def install(self, namespaces: list[dict[str, Any]]) -> None:
+        """Put a watching wrapper in place of every reference function bound in ``namespaces``."""
+        wrappers: dict[int, Any] = {}
+        for namespace in namespaces:
+            for key, value in list(namespace.items()):
+                if not _is_reference_function(value):
+                    continue
+                wrapper = wrappers.get(id(value))
+                if wrapper is None:
+                    wrapper = wrappers[id(value)] = self._wrap(value)
+                namespace[key] = wrapper
+                self.patched.append((namespace, key, value, wrapper))
+
+    def _wrap(self, function: types.FunctionType) -> Any:
+        name = f"{function.__module__}.{function.__name__}"
+        frame_of_caller = sys._getframe
+
+        @functools.wraps(function)
+        def watched(*args: Any, **kwargs: Any) -> Any:
+            self.saw(name, frame_of_caller(1))
+            return function(*args, **kwargs)
+
+        return watched
+
+    def uninstall(self) -> bool:
+        """Put the originals back; whether every wrapper was still in place."""
+        intact = True
+        for namespace, key, original, wrapper in reversed(self.patched):
+            current = namespace.get(key)
+            intact = intact and current is wrapper
+            if current is wrapper:
+                namespace[key] = original
+        self.patched.clear()
+        return intact
 
 
-_trace: _CallTrace | None = None
+def _is_reference_function(value: Any) -> bool:
+    """A module-level Python function of ``reference_impl`` (methods and classes are not watched)."""
+    code = getattr(value, "__code__", None)
+    return (isinstance(value, types.FunctionType) and isinstance(code, types.CodeType)
+            and code.co_filename.startswith(REFERENCE_DIR) and "." not in code.co_qualname)
+
+
+def _reference_namespaces(namespace: dict[str, Any]) -> list[dict[str, Any]]:
+    """The globals of every loaded ``reference_impl`` module, and the notebook's."""
+    modules = [vars(m) for n, m in list(sys.modules.items()) if n.startswith("reference_impl") and m is not None]
+    return modules + [namespace]
+
+
+_watch: _CallWatch | None = None
 
 
 def _refuse(test: str, reason: str) -> None:
@@ -318,20 +364,16 @@ def tampering(namespace: dict[str, Any], helpers: dict[str, str]) -> str | None:
 
 
 def begin(test: str, learner: tuple[str, ...], helpers: dict[str, str], namespace: dict[str, Any]) -> None:
-    """Before a test cell's code: refuse if tampered with, then trace calls to the reference."""
-    global _trace
-    if isinstance(sys.gettrace(), _CallTrace):  # left by an earlier test that failed before ``end``
-        sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
+    """Before a test cell's code: refuse if tampered with, then watch calls to the reference."""
+    global _watch
+    if _watch is not None:  # left by an earlier test that failed before ``end``
+        _watch.uninstall()
+        _watch = None
     reason = tampering(namespace, helpers)
     if reason:
         _refuse(test, reason)
-    _trace = _CallTrace(sys._getframe(1).f_code.co_filename, learner)
-    # A global trace function that returns None sees only Python calls (no per-line, return
-    # or C-call events, which a profile function would get): the cheapest hook that still
-    # sees a learner function call a reference function, on every thread rank.
-    sys.settrace(_trace)
-    threading.settrace(_trace)
+    _watch = _CallWatch(sys._getframe(1).f_code.co_filename, learner)
+    _watch.install(_reference_namespaces(namespace))
 
 
 def _reference_names(namespace: dict[str, Any]) -> set[str]:
@@ -345,26 +387,22 @@ def _reference_names(namespace: dict[str, Any]) -> set[str]:
 
 
 def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
-    """After a test cell's code ran to its end: stop tracing, judge, print the ``ok`` line.
+    """After a test cell's code ran to its end: stop watching, judge, print the ``ok`` line.
 
     The credit is refused when a learner function the test called calls a reference
     function that the test calls too, and that function is the learner function's
     namesake or one the tests bound to a ``_ref...`` name: the learner handed in the
     reference's answer. (Reference helpers both may use, like a training step's gradient
     order, are not counted.)"""
-    global _trace
-    trace, _trace = _trace, None
-    if trace is None or sys.gettrace() is not trace:
-        sys.settrace(None)
-        threading.settrace(None)  # type: ignore[arg-type]
-        _refuse(test, "the grader's call tracer was removed")
-    sys.settrace(None)
-    threading.settrace(None)  # type: ignore[arg-type]
+    global _watch
+    watch, _watch = _watch, None
+    if watch is None or not watch.uninstall():
+        _refuse(test, "the grader's watch on the reference implementation was removed")
     compared = _reference_names(namespace or {})
-    delegated = sorted(name for name in set(trace.by_learner) & trace.by_test
-                       if name in compared or name.rsplit(".", 1)[-1] == trace.by_learner[name].split(".")[0])
+    delegated = sorted(name for name in set(watch.by_learner) & watch.by_test
+                       if name in compared or name.rsplit(".", 1)[-1] == watch.by_learner[name].split(".")[0])
     if delegated:
         name = delegated[0]
-        _refuse(test, f"{trace.by_learner[name]} calls {name}, the reference implementation "
+        _refuse(test, f"{watch.by_learner[name]} calls {name}, the reference implementation "
                       "this test compares it with: no credit")
     print(f"{MARK} {token} {test} ok", flush=True)

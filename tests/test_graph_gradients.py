@@ -119,8 +119,11 @@ def test_gradient_matches_finite_differences(name, fn, arrays):
 
 
 def test_every_differentiable_op_is_checked():
+    """Every built-in op with a gradient has a case above (ops that other packages register,
+    such as the C custom ops, are checked by their own tests)."""
     covered = {c[0].split("/")[0] for c in CASES}
-    differentiable = {t for t, d in REGISTRY.items() if d.grad not in (None, NO_GRADIENT)}
+    differentiable = {t for t, d in REGISTRY.items() if d.grad not in (None, NO_GRADIENT)
+                      and d.kernel.__module__.startswith("reference_impl.graph.")}
     assert differentiable <= covered, differentiable - covered
 
 

@@ -1,8 +1,12 @@
 """A dataflow-graph runtime in the style of TensorFlow 1, small enough to read end to end.
 
-``core`` (the IR), ``registry`` (one entry per op), ``ops`` (the front end and every op),
+``core`` (the IR), ``registry`` (one entry per op), ``ops`` (the front end and every op, one
+module per op family: ``dispatch``, ``state``, ``array``, ``math``, ``nn``),
 ``gradients`` (symbolic reverse mode), ``graphdef`` (JSON GraphDef), ``passes`` (pruning,
-CSE, constant folding), ``session`` (the executor), ``eager`` (dynamic graphs with a tape).
+CSE, constant folding), ``session`` (the executor), ``eager`` (dynamic graphs with a tape),
+``placement`` (device strings, colocation, the placer), ``partition`` (pruning and cutting a
+placed graph into per-device graphs joined by ``_Send``/``_Recv``), ``draw`` (graphs and
+partitions as SVG).
 """
 from .core import Graph, GraphError, Operation, Tensor, get_default_graph, reset_default_graph
 from .eager import EagerTensor, GradientTape, eager_mode, executing_eagerly
@@ -14,7 +18,10 @@ from .ops import (Variable, add, assign, assign_add, assign_sub, concat, constan
                   mul, neg, no_op, ones_like, placeholder, pow, reduce_max, reduce_mean, reduce_sum, relu,
                   reshape, sigmoid, softmax, sparse_softmax_cross_entropy, sqrt, square, sub, tanh,
                   transpose)
+from .ops import Uninitialised, apply_op
+from .partition import control_value, count_send_recv, partition, prune, rendezvous_key
 from .passes import common_subexpression_elimination, constant_folding, dead_node_removal, optimize
+from .placement import DeviceSpec, PlacementError, canonical, colocation_groups, place
 from .registry import REGISTRY, ShapeError, register
 from .session import Session
 

@@ -68,6 +68,11 @@ class Operation:
         self.attrs = dict(attrs)
         self.control_inputs = list(control_inputs)
         self.outputs: list[Tensor] = []
+        # Where it runs: "" (the placer decides) or a device string such as
+        # "/job:worker/task:1" (see ``placement.DeviceSpec``).  ``colocation`` names ops this
+        # one must share a device with (TensorFlow's "_class: loc:@name" attribute).
+        self.device: str = ""
+        self.colocation: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"<Operation {self.name} type={self.type}>"
@@ -81,6 +86,8 @@ class Graph:
         self._by_name: dict[str, Operation] = {}
         self._name_counts: dict[str, int] = {}
         self.variables: list[Any] = []  # ``Variable`` objects, for global_variables_initializer
+        self._device_stack: list[str] = []  # innermost ``device()`` scope last
+        self._colocation_stack: list[Operation] = []
 
     def unique_name(self, base: str) -> str:
         """``base`` if unused, else ``base_1``, ``base_2`` … (TensorFlow's rule)."""
@@ -110,6 +117,10 @@ class Graph:
             self._name_counts.setdefault(name, 1)
         op = Operation(self, type, name, inputs, attrs, control_inputs or [])
         op.outputs = [Tensor(op, i, s, d) for i, (s, d) in enumerate(outputs)]
+        if self._colocation_stack:  # colocate_with wins over device scopes, as in TensorFlow
+            op.colocation = tuple(dict.fromkeys(c.name for c in self._colocation_stack))
+        elif self._device_stack:
+            op.device = self._device_stack[-1]
         self.operations.append(op)
         self._by_name[name] = op
         return op
@@ -137,6 +148,32 @@ class Graph:
             yield self
         finally:
             _stack().pop()
+
+    @contextlib.contextmanager
+    def device(self, device: str) -> Iterator[None]:
+        """Ops created inside the block ask to run on ``device`` ("" clears the request).
+
+        The string is checked here (``placement.DeviceSpec.parse``), so a typo fails where it
+        was written, not later in the placer.
+        """
+        from .placement import DeviceSpec
+        self._device_stack.append(DeviceSpec.parse(device).to_string() if device else "")
+        try:
+            yield
+        finally:
+            self._device_stack.pop()
+
+    @contextlib.contextmanager
+    def colocate_with(self, op: "Operation | Tensor | Any") -> Iterator[None]:
+        """Ops created inside the block must run wherever ``op`` runs (device scopes are ignored)."""
+        op = getattr(op, "op", op)
+        if not isinstance(op, Operation) or op.graph is not self:
+            raise GraphError(f"colocate_with needs an operation of this graph, got {op!r}")
+        self._colocation_stack.append(op)
+        try:
+            yield
+        finally:
+            self._colocation_stack.pop()
 
     def __len__(self) -> int:
         return len(self.operations)

@@ -2,8 +2,9 @@
 
 The document lists nodes in topological order; each node has ``name``, ``op`` (its type in
 the registry), ``input`` (tensor names "op:0", and "^op" for a control input, as in
-TensorFlow's GraphDef) and ``attr``.  Array-valued attributes (a constant's value) are written
-as ``{"tensor": {"dtype", "shape", "values"}}`` so nothing is lost: float values round-trip
+TensorFlow's GraphDef) and ``attr``, plus ``device`` and ``colocate_with`` when set.
+Array-valued attributes (a constant's value) are written as
+``{"tensor": {"dtype", "shape", "values"}}`` so nothing is lost: float values round-trip
 exactly through JSON because Python writes the shortest repr that reads back to the same
 double.  Any program in any language that can read JSON can rebuild and run the graph; loading
 a document checks every reference and rejects cycles.
@@ -39,12 +40,17 @@ def as_graph_def(graph: Graph) -> dict[str, Any]:
     """The graph as a plain dict (JSON-ready)."""
     nodes = []
     for op in graph.operations:
-        nodes.append({
+        node = {
             "name": op.name,
             "op": op.type,
             "input": [t.name for t in op.inputs] + [f"^{c.name}" for c in op.control_inputs],
             "attr": {k: _attr_to_json(v) for k, v in op.attrs.items()},
-        })
+        }
+        if op.device:
+            node["device"] = op.device
+        if op.colocation:
+            node["colocate_with"] = list(op.colocation)
+        nodes.append(node)
     return {"version": VERSION, "node": nodes}
 
 
@@ -113,7 +119,8 @@ def import_graph_def(graph_def: dict[str, Any] | str) -> Graph:
             raise GraphError(f"GraphDef node {n['name']!r} ({n['op']}) lacks attribute {e}") from None
         if n["op"] in ("VariableV2",):
             attrs.setdefault("shared_name", n["name"])
-        g.add_operation(n["op"], inputs, attrs, outputs, name=n["name"], control_inputs=controls)
+        op = g.add_operation(n["op"], inputs, attrs, outputs, name=n["name"], control_inputs=controls)
+        op.device, op.colocation = n.get("device", ""), tuple(n.get("colocate_with", ()))
     return g
 
 

@@ -29,6 +29,7 @@ def _copy_op(new: Graph, op: Operation, tmap: dict[Tensor, Tensor], omap: dict[O
                           op.attrs if attrs is None else attrs,
                           [(t.shape, t.dtype) for t in op.outputs], name=op.name,
                           control_inputs=[omap[c] for c in op.control_inputs if c in omap])
+    n.device, n.colocation = op.device, op.colocation
     omap[op] = n
     for a, b in zip(op.outputs, n.outputs):
         tmap[a] = b
@@ -68,7 +69,7 @@ def common_subexpression_elimination(graph: Graph, keep: Iterable[str] = ()) -> 
     new, tmap, omap = Graph(), {}, {}
     seen: dict[Any, Operation] = {}
     for op in graph.operations:
-        key = (op.type, _freeze(op.attrs), tuple(id(tmap[t]) for t in op.inputs),
+        key = (op.type, op.device, _freeze(op.attrs), tuple(id(tmap[t]) for t in op.inputs),
                tuple(sorted(id(omap[c]) for c in op.control_inputs)))
         first = seen.get(key)
         if first is not None and op.name not in keep and not get_op_def(op.type).stateful:

@@ -1,0 +1,78 @@
+"""Neural-network ops: softmax, log-softmax and sparse softmax cross-entropy."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..registry import ShapeError, register
+from .array import reshape
+from .dispatch import FLOATS, INTS, _axes, _float_unary_infer, apply_op
+from .math import exp, reduce_sum
+from .state import as_tensor
+
+
+# ---------------------------------------------------------------- softmax family
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    z = x - x.max(axis=axis, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def _axis_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    if shapes[0] is not None:
+        _axes(attrs["axis"], len(shapes[0]))
+    return _float_unary_infer(shapes, dtypes, attrs)
+
+
+register("Softmax", _axis_infer, lambda xs, a, s: _softmax(xs[0], a["axis"]), grad=lambda op, g: [
+    op.outputs[0] * (g - reduce_sum(g * op.outputs[0], op.attrs["axis"], keepdims=True))])
+register("LogSoftmax", _axis_infer, lambda xs, a, s: _log_softmax(xs[0], a["axis"]), grad=lambda op, g: [
+    g - exp(op.outputs[0]) * reduce_sum(g, op.attrs["axis"], keepdims=True)])
+
+
+def softmax(x: Any, axis: int = -1, name: str | None = None) -> Any:
+    return apply_op("Softmax", [as_tensor(x)], {"axis": int(axis)}, name=name)
+
+
+def log_softmax(x: Any, axis: int = -1, name: str | None = None) -> Any:
+    return apply_op("LogSoftmax", [as_tensor(x)], {"axis": int(axis)}, name=name)
+
+
+def _xent_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    logits, labels = shapes
+    if dtypes[0] not in FLOATS or dtypes[1] not in INTS:
+        raise ShapeError(f"needs float logits and integer labels, got {dtypes[0]} and {dtypes[1]}")
+    if logits is not None and len(logits) != 2:
+        raise ShapeError(f"logits must be rank 2 [batch, classes], got rank {len(logits)}")
+    if labels is not None and len(labels) != 1:
+        raise ShapeError(f"labels must be rank 1 [batch], got rank {len(labels)}")
+    if logits is not None and labels is not None and None not in (logits[0], labels[0]) and logits[0] != labels[0]:
+        raise ShapeError(f"batch sizes differ: logits {logits[0]} vs labels {labels[0]}")
+    return (None if logits is None else (logits[0],)), dtypes[0]
+
+
+def _xent_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
+    logits, labels = xs
+    return -_log_softmax(logits, -1)[np.arange(len(labels)), labels]
+
+
+def _xent_grad_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
+    logits, labels = xs
+    p = _softmax(logits, -1)
+    p[np.arange(len(labels)), labels] -= 1
+    return p
+
+
+register("SparseSoftmaxCrossEntropyWithLogits", _xent_infer, _xent_kernel, grad=lambda op, g: [
+    reshape(g, [-1, 1]) * apply_op("SparseSoftmaxCrossEntropyGrad", op.inputs), None])
+register("SparseSoftmaxCrossEntropyGrad", lambda s, d, a: (s[0], d[0]), _xent_grad_kernel)
+
+
+def sparse_softmax_cross_entropy(labels: Any, logits: Any, name: str | None = None) -> Any:
+    """Per-example loss ``-log softmax(logits)[label]`` (TF: ..._with_logits)."""
+    return apply_op("SparseSoftmaxCrossEntropyWithLogits", [as_tensor(logits), as_tensor(labels)], name=name)

@@ -1,0 +1,202 @@
+"""Sources and state: placeholders, variables and their updates, and the control ops
+(identity, no_op, group).
+
+A ``Variable`` is a ``VariableV2`` node whose value lives outside the graph, in the state of
+whoever runs it (a ``Session``, or a worker's container in the distributed runtime); its
+updates (``Assign``, ``AssignAdd``, ``AssignSub``) are colocated with it.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import eager as _eager
+from ..core import Graph, GraphError, Operation, Tensor, get_default_graph
+from ..registry import NO_GRADIENT, ShapeError, broadcast_shapes, register
+from .dispatch import _same_dtype, _unary_infer, apply_op, constant
+
+
+# ---------------------------------------------------------------- placeholders, variables
+def _placeholder_kernel(xs: list, attrs: dict, state: dict) -> Any:
+    raise GraphError("a placeholder must be fed a value")
+
+
+register("Placeholder", lambda s, d, a: (None if a["shape"] is None else tuple(a["shape"]), a["dtype"]),
+         _placeholder_kernel, grad=NO_GRADIENT, stateful=True)
+
+
+def placeholder(dtype: str, shape: Sequence[int | None] | None = None, name: str | None = None) -> Tensor:
+    """A graph input that must be given in ``feed_dict`` whenever a run needs it."""
+    if _eager.executing_eagerly():
+        raise GraphError("placeholder() has no meaning in eager mode: pass values directly")
+    g = get_default_graph()
+    shp = None if shape is None else [None if d is None else int(d) for d in shape]
+    return g.add_operation("Placeholder", [], {"shape": shp, "dtype": np.dtype(dtype).name},
+                           [(None if shp is None else tuple(shp), np.dtype(dtype).name)],
+                           name=g.unique_name(name or "Placeholder")).outputs[0]
+
+
+class Uninitialised:
+    """What reading a variable gives before its initializer ran (Assign may still consume it)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def error(self) -> GraphError:
+        return GraphError(f"variable {self.name!r} is not initialised: "
+                          "run its initializer (or global_variables_initializer()) first")
+
+
+def _variable_kernel(xs: list, attrs: dict, state: dict) -> Any:
+    name = attrs["shared_name"]
+    return state[name] if name in state else Uninitialised(name)
+
+
+register("VariableV2", lambda s, d, a: (tuple(a["shape"]), a["dtype"]), _variable_kernel,
+         grad=NO_GRADIENT, stateful=True)
+
+
+def _ref_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    if tuple(shapes[0]) != tuple(shapes[1] or ()) and shapes[1] is not None:
+        broadcast_shapes(shapes[0], shapes[1])
+        if None not in shapes[1] and tuple(shapes[1]) != tuple(shapes[0]):
+            raise ShapeError(f"value shape {shapes[1]} differs from variable shape {shapes[0]}")
+    return shapes[0], _same_dtype(dtypes)
+
+
+def _assign_kernel(xs: list, attrs: dict, state: dict) -> Any:
+    state[attrs["shared_name"]] = np.array(xs[1], copy=True)
+    return state[attrs["shared_name"]]
+
+
+def _assign_add_kernel(xs: list, attrs: dict, state: dict) -> Any:
+    name = attrs["shared_name"]
+    if name not in state:
+        raise Uninitialised(name).error()
+    state[name] = state[name] + xs[1]
+    return state[name]
+
+
+def _assign_sub_kernel(xs: list, attrs: dict, state: dict) -> Any:
+    name = attrs["shared_name"]
+    if name not in state:
+        raise Uninitialised(name).error()
+    state[name] = state[name] - xs[1]
+    return state[name]
+
+
+# A new array per update (not in place): ops that read the old value in the same step keep it.
+register("Assign", _ref_infer, _assign_kernel, stateful=True)
+register("AssignAdd", _ref_infer, _assign_add_kernel, stateful=True)
+register("AssignSub", _ref_infer, _assign_sub_kernel, stateful=True)
+
+
+class Variable:
+    """A graph variable: a ``VariableV2`` node whose value lives in each Session's state.
+
+    ``initial_value`` becomes a constant; ``initializer`` is the Assign op that stores it.
+    Use the variable wherever a tensor is expected (``value()`` is its read tensor).
+    """
+
+    def __init__(self, initial_value: Any, name: str | None = None, dtype: str | None = None,
+                 trainable: bool = True) -> None:
+        init = initial_value if isinstance(initial_value, Tensor) else constant(initial_value, dtype=dtype)
+        g = init.graph
+        if init.shape is None or None in init.shape:
+            raise GraphError("Variable: the initial value needs a fully known shape")
+        vname = g.unique_name(name or "Variable")
+        self._tensor = g.add_operation("VariableV2", [], {"shape": list(init.shape), "dtype": init.dtype,
+                                                          "shared_name": vname},
+                                       [(tuple(init.shape), init.dtype)], name=vname).outputs[0]
+        self.trainable = trainable
+        self.initializer = assign(self, init, name=f"{vname}/Assign").op
+        g.variables.append(self)
+
+    def value(self) -> Tensor:
+        return self._tensor
+
+    op = property(lambda self: self._tensor.op)
+    name = property(lambda self: self._tensor.name)
+    shape = property(lambda self: self._tensor.shape)
+    dtype = property(lambda self: self._tensor.dtype)
+    graph = property(lambda self: self._tensor.graph)
+
+    def assign(self, value: Any) -> Tensor:
+        return assign(self, value)
+
+    def assign_add(self, delta: Any) -> Tensor:
+        return assign_add(self, delta)
+
+    def assign_sub(self, delta: Any) -> Tensor:
+        return assign_sub(self, delta)
+
+    def __repr__(self) -> str:
+        return f"<Variable {self.name} shape={self.shape} dtype={self.dtype}>"
+
+
+def as_tensor(x: Any) -> Any:
+    """A ``Variable`` as its read tensor; anything else unchanged."""
+    return x.value() if isinstance(x, Variable) else x
+
+
+def _ref(var: Any, opname: str) -> Tensor:
+    t = as_tensor(var)
+    if not isinstance(t, Tensor) or t.op.type != "VariableV2":
+        raise GraphError(f"{opname}: the first argument must be a graph Variable, got {var!r}")
+    return t
+
+
+def assign(ref: Any, value: Any, name: str | None = None) -> Any:
+    """Store ``value`` in variable ``ref`` when run; the result is the new value."""
+    if isinstance(ref, _eager.Variable):
+        return ref.assign(value)
+    t = _ref(ref, "assign")
+    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
+        return apply_op("Assign", [t, as_tensor(value)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+
+
+def assign_add(ref: Any, delta: Any, name: str | None = None) -> Any:
+    """Add ``delta`` to variable ``ref`` when run; the result is the new value."""
+    if isinstance(ref, _eager.Variable):
+        return ref.assign_add(delta)
+    t = _ref(ref, "assign_add")
+    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
+        return apply_op("AssignAdd", [t, as_tensor(delta)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+
+
+def assign_sub(ref: Any, delta: Any, name: str | None = None) -> Any:
+    """Subtract ``delta`` from variable ``ref`` when run (an SGD step); the result is the new value."""
+    if isinstance(ref, _eager.Variable):
+        return ref.assign_sub(delta)
+    t = _ref(ref, "assign_sub")
+    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
+        return apply_op("AssignSub", [t, as_tensor(delta)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+
+
+def global_variables_initializer(graph: Graph | None = None) -> Operation:
+    """One op that runs every variable's initializer."""
+    g = graph or get_default_graph()
+    return group(*[v.initializer for v in g.variables], name="init")
+
+
+# ---------------------------------------------------------------- control: identity, no_op, group
+register("Identity", _unary_infer, lambda xs, a, s: xs[0], grad=lambda op, g: [g])
+register("NoOp", lambda s, d, a: (None, None), lambda xs, a, s: None, stateful=True, num_outputs=0)
+
+
+def identity(x: Any, name: str | None = None) -> Any:
+    return apply_op("Identity", [as_tensor(x)], name=name)
+
+
+def no_op(name: str | None = None) -> Operation:
+    """An op that does nothing: useful only for its control inputs."""
+    return apply_op("NoOp", [], name=name)
+
+
+def group(*inputs: Any, name: str | None = None) -> Operation:
+    """A NoOp that runs after every op in ``inputs`` (ops, tensors or variables)."""
+    ops = [x if isinstance(x, Operation) else as_tensor(x).op for x in inputs]
+    graph = ops[0].graph if ops else get_default_graph()
+    with graph.as_default():
+        return apply_op("NoOp", [], name=name or "group_deps", control_inputs=ops)

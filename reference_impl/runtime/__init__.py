@@ -1,0 +1,17 @@
+"""A distributed session in the shape of TensorFlow's runtime: client, master, workers.
+
+``messages`` (the protocol's requests and responses), ``channel`` (objects over a
+communicator), ``rendezvous`` (where Send meets Recv), ``executor`` (run one partition),
+``cluster`` (which rank runs which task), ``worker`` (RegisterGraph / RunGraph),
+``master`` (MasterSession: prune, place, partition, cache, dispatch), ``session`` (the
+client's ``DistributedSession`` and ``run_cluster``).
+"""
+from .channel import Channel, recv_obj, send_obj
+from .cluster import MASTER_RANK, ClusterSpec
+from .executor import execute, run_partitions
+from .master import Master, MasterSession, SessionError, StepError
+from .rendezvous import Rendezvous, RendezvousError, RendezvousTimeout
+from .session import DistributedSession, run_cluster, serve_rank
+from .worker import RemoteRendezvous, Worker
+
+__all__ = [n for n in dir() if not n.startswith("_")]

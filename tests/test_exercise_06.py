@@ -1,0 +1,100 @@
+"""Exercise 06 (pruning and partitioning with Send/Recv), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once (as in tests/test_grader.py):
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* a ``partition`` that makes one Send/Recv pair per *consumer* instead of per (edge,
+  destination device) gets partial marks: the pruning tests pass, every partition test fails;
+* in process: a ``prune`` that walks past fed ops fails exactly the feed-sensitive tests, and
+  the source notebook's functions equal the reference on random placed graphs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+)
+
+ASSIGNMENT = "06_partitioning"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "partitioning.ipynb"
+MAX_SCORE = 11.0
+SOLUTION_CELLS = ("prune", "partition")
+PARTITION_TESTS = {"test_partition_example", "hidden_partition", "hidden_control_edges"}
+FEED_TESTS = {"test_prune_example", "hidden_prune"}
+
+pytestmark = pytest.mark.timeout(300)
+
+PER_CONSUMER = replacing("key = (edge, dst_device)", "key = (edge, dst_device, len(copies))")
+IGNORES_FEEDS = replacing("        if op.name not in fed:\n", "        if True:\n")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"per_consumer": edit_cell(source, "partition", PER_CONSUMER)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader06"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 5 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "def _random_graph", "def recv_for"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"]
+    assert_full_marks(result, MAX_SCORE)
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 3
+
+
+def test_one_pair_per_consumer_gets_partial_marks(runs):
+    result = runs["per_consumer"]
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in PARTITION_TESTS), (test_id, test["hint"])
+    assert "one per distinct edge and destination device" in tests["test_partition_example"]["hint"]
+
+
+def test_walking_past_feeds_fails_the_feed_sensitive_tests_in_process():
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "prune", IGNORES_FEEDS), skip=("demo",))
+    assert {gid for gid, error in outcome.items() if error} == FEED_TESTS, outcome
+    assert "(h is fed, so x is not needed)" in outcome["test_prune_example"]
+
+
+def test_source_functions_match_the_reference_in_process():
+    import reference_impl.graph as G
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="partition")
+    rng = np.random.default_rng(12)
+    devices = [G.canonical(f"/job:worker/task:{k}") for k in range(3)]
+    for _ in range(10):
+        g = G.Graph()
+        with g.as_default():
+            pool = [G.constant(rng.normal(size=(2, 2))) for _ in range(2)]
+            for _ in range(8):
+                a, b = pool[rng.integers(len(pool))], pool[rng.integers(len(pool))]
+                pool.append(G.matmul(a, b) if rng.random() < 0.5 else G.tanh(a) + b)
+        for op in g.operations:
+            op.device = devices[rng.integers(3)]
+        fetch = [pool[-1].name]
+        assert ns["prune"](g, fetch) == {op.name for op in G.prune(g, fetch).operations}
+        mine, ref = ns["partition"](G.prune(g, fetch)), G.partition(G.prune(g, fetch))
+        assert G.count_send_recv(mine) == G.count_send_recv(ref)
+        assert ns["contents"](mine) == ns["contents"](ref)

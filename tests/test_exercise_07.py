@@ -1,0 +1,90 @@
+"""Exercise 07 (a custom op with a C kernel), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once (as in tests/test_grader.py):
+
+* the source notebook (with its solutions) scores full marks: its C kernel compiles inside
+  the grading sandbox (private user, cleaned environment, memory/CPU/process limits);
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* in process (cheaper than another sandboxed grading): a kernel that indexes ``x`` as dense
+  row-major (``i * d + j``) instead of through its strides, while declaring it
+  ``layout="strided"``, fails only the non-contiguous test, with a hint about strides;
+* in process: the source's kernel equals ``x * s[:, None]`` on random shapes and views.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, edit_cell, grade_assignment,
+    notebook_namespace, read_nb, replacing, run_cells,
+)
+from reference_impl.toolchain import ToolchainError, find_c_compiler
+
+try:
+    find_c_compiler()
+except ToolchainError:
+    pytest.skip("no C compiler on this machine", allow_module_level=True)
+
+ASSIGNMENT = "07_custom_op"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "custom_op.ipynb"
+MAX_SCORE = 10.0
+SOLUTION_CELLS = ("kernel_source", "op")
+STRIDE_TESTS = {"hidden_non_contiguous"}
+
+pytestmark = pytest.mark.timeout(300)
+
+NO_STRIDES = replacing("y[i * d + j] = xd[LAB_AT2(x, i, j)] * s[i];", "y[i * d + j] = xd[i * d + j] * s[i];")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    results = grade_assignment(tmp_path_factory.mktemp("grader07"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, {})
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    result = runs["released"]
+    assert_unimplemented_scores_zero(result, MAX_SCORE)
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "LAB_AT2(x, i, j)", "def grad(op, g)", "x[0] != s[0]"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"]
+    assert_full_marks(result, MAX_SCORE)
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 5
+
+
+def test_kernel_ignoring_strides_fails_only_the_non_contiguous_test():
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "kernel_source", NO_STRIDES))
+    assert set(outcome) == {"test_example", "hidden_random_shapes", "hidden_non_contiguous",
+                            "hidden_shapes", "hidden_status", "hidden_gradient"}
+    for test_id, error in outcome.items():
+        assert (error is not None) == (test_id in STRIDE_TESTS), (test_id, error)
+    assert "does the kernel use in[0].strides?" in outcome["hidden_non_contiguous"]
+
+
+def test_source_kernel_matches_numpy_in_process():
+    import reference_impl.graph as G
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="op")
+    op = ns["register_row_scale"]()
+    rng = np.random.default_rng(17)
+    with G.eager_mode():
+        for _ in range(10):
+            base = rng.normal(size=tuple(int(v) for v in rng.integers(1, 30, size=2))).astype("float32")
+            for x in (base, base.T, base[::-1, ::2]):
+                s = rng.normal(size=x.shape[0]).astype("float32")
+                np.testing.assert_allclose(op(x, s).numpy(), x * s[:, None], rtol=1e-6)

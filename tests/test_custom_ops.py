@@ -309,3 +309,31 @@ def test_kernel_calls_from_threads_keep_their_own_status_and_message(rng):
     for t in threads:
         t.join(60)
     assert wrong == [] and len(failures) == 400
+
+
+def test_custom_ops_run_in_a_distributed_session_like_built_ins(rng):
+    """The graph travels to the workers as a GraphDef naming the op types; each worker finds
+    the C kernels in its own registry (one process here, so it imported them already)."""
+    from reference_impl.runtime import ClusterSpec, DistributedSession, run_cluster
+
+    x = rng.standard_normal((6, 4)).astype(np.float32)
+    b = rng.standard_normal(4).astype(np.float32)
+    ids = np.array([0, 2, 2, 1, 0, 2], dtype=np.int64)
+    g = G.Graph()
+    with g.as_default():
+        with g.device("/job:worker/task:0"):
+            xp = G.placeholder("float32", [6, 4], name="x")
+            y = bias_add_relu(xp, G.constant(b))
+        with g.device("/job:worker/task:1"):
+            s = sparse_segment_sum(y, G.constant(ids), 3)
+    with G.Session(g) as local:
+        expected = local.run(s, {xp: x})
+    np.testing.assert_allclose(expected, np.stack([np.maximum(x + b, 0)[ids == k].sum(0) for k in range(3)]),
+                               rtol=1e-6)
+
+    def client(master):
+        with DistributedSession(master, g) as sess:
+            return sess.run(s, {xp: x})
+
+    got = run_cluster(client, ClusterSpec.workers(2), timeout=20)
+    assert np.array_equal(got, expected)

@@ -1,0 +1,88 @@
+"""Exercise 10 (Adam as a graph optimiser), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once:
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* an ``Adam.update`` that returns the old slots instead of the new ones (the state never
+  moves) gets partial marks: the ``adam_update`` tests pass, every optimiser test fails;
+* in process: the source notebook's ``Adam`` follows the reference ``Adam`` step by step.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing,
+)
+
+ASSIGNMENT = "10_adam"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "adam.ipynb"
+MAX_SCORE = 10.0
+SOLUTION_CELLS = ("adam_update", "adam_class")
+STATE_TESTS = {"test_adam_example", "hidden_adam_steps", "hidden_adam_sparse"}
+
+pytestmark = pytest.mark.timeout(300)
+
+STALE_SLOTS = replacing('return new_var, {"m": m, "v": v}', 'return new_var, {"m": slots["m"], "v": slots["v"]}')
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"stale_slots": edit_cell(source, "adam_class", STALE_SLOTS)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader10"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 5 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "_RefAdam", "m_hat = m / (1 - G.pow(beta1, t))"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"]
+    assert_full_marks(result, MAX_SCORE)
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 3
+
+
+def test_slots_that_never_move_get_partial_marks(runs):
+    result = runs["stale_slots"]
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in STATE_TESTS), (test_id, test["hint"])
+    assert "after step 1" in tests["test_adam_example"]["hint"]
+
+
+def test_source_adam_follows_the_reference_in_process():
+    import reference_impl.graph as G
+    from reference_impl.train.optimizers import Adam as RefAdam
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="adam_class")
+    rng = np.random.default_rng(5)
+    w0 = rng.normal(size=(3, 2))
+    traces = []
+    for make in (lambda: ns["Adam"](0.03, beta2=0.99), lambda: RefAdam(0.03, beta2=0.99)):
+        graph = G.Graph()
+        with graph.as_default():
+            w = G.Variable(w0, name="w")
+            train = make().minimize(G.reduce_sum(G.square(G.tanh(w) - 0.25)))
+            with G.Session(graph) as sess:
+                sess.run(G.global_variables_initializer())
+                traces.append([sess.run([train, w])[1] for _ in range(10)])
+    np.testing.assert_allclose(traces[0], traces[1], rtol=1e-12)

@@ -1,0 +1,89 @@
+"""Exercise 11 (dynamic loss scaling), graded end to end with ``python -m grader``.
+
+What is checked, with the grader runs started together once:
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks
+  (so the hidden tests come from the gradebook, not from the learner's file);
+* a state machine that keeps its good-step count after an overflow gets partial marks: the
+  unscaling tests pass, both state-machine tests fail (one wrong variant only, to keep the
+  number of parallel gradings, and the suite's time, down);
+* in process: the source notebook's functions equal the reference on random inputs.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing,
+)
+
+ASSIGNMENT = "11_loss_scaling"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "loss_scaling.ipynb"
+MAX_SCORE = 8.0
+SOLUTION_CELLS = ("unscale", "update_loss_scale")
+STATE_TESTS = {"test_state_example", "hidden_state_machine"}
+
+pytestmark = pytest.mark.timeout(300)
+
+KEEP_COUNT = replacing("return max(scale / factor, min_scale), 0, False",
+                       "return max(scale / factor, min_scale), good_steps, False")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"keep_count": edit_cell(source, "update_loss_scale", KEEP_COUNT)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader11"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 4 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    text = runs["released_text"]
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "_ref_update_loss_scale", "good_steps += 1"):
+        assert secret not in text, f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"]
+    assert_full_marks(result, MAX_SCORE)
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 2
+
+
+def test_keeping_the_count_after_an_overflow_gets_partial_marks(runs):
+    result = runs["keep_count"]
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in STATE_TESTS), (test_id, test["hint"])
+    assert "T T F T T T F F F F" in tests["test_state_example"]["hint"]
+
+
+def test_source_functions_equal_the_reference_in_process():
+    from reference_impl.train import mixed_precision as mp
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="update_loss_scale")
+    rng = np.random.default_rng(3)
+    mine, ref = (8.0, 0), (8.0, 0)
+    for _ in range(200):
+        finite = bool(rng.uniform() > 0.3)
+        a = ns["update_loss_scale"](*mine, finite, growth_interval=4)
+        b = mp.update_loss_scale(*ref, finite, growth_interval=4)
+        assert a == b
+        mine, ref = a[:2], b[:2]
+    grads = [rng.normal(size=(3, 2)).astype(np.float16)]
+    (g1,), f1 = ns["unscale_gradients"](grads, 1024.0)
+    (g2,), f2 = mp.unscale_gradients(grads, 1024.0)
+    assert f1 == f2 and np.array_equal(g1, g2)

@@ -6,6 +6,7 @@ and a failed or silent worker ends the step within a bounded time.
 """
 from __future__ import annotations
 
+import pickle
 import sys
 import threading
 import time
@@ -15,9 +16,10 @@ import numpy as np
 import pytest
 
 import reference_impl.graph as G
-from reference_impl.comm import run_threads
+from reference_impl.comm import Communicator, run_threads
 from reference_impl.runtime import (MASTER_RANK, ClusterSpec, DistributedSession, Master, SessionError,
-                                    StepError, Worker, run_cluster)
+                                    StepError, Worker, run_cluster, serve_rank)
+from reference_impl.runtime.channel import PEER_TAG
 from reference_impl.runtime import messages as m
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_programs"))
@@ -41,6 +43,81 @@ def test_random_dags_are_bit_identical_to_the_single_process_session(n_workers, 
 
     assert run_cluster(client, cluster, timeout=20) == 0  # closed sessions keep no plans
     # (the pairs themselves are counted in tests/test_graph_partition.py)
+
+
+class Traffic(Communicator):
+    """Wraps a thread rank's communicator and logs every message it sends or receives:
+    (direction, this rank, peer, tag, bytes, payload), in one log shared by all ranks."""
+
+    def __init__(self, inner, log, lock):
+        self.inner, self.rank, self.size, self.log, self.lock = inner, inner.rank, inner.size, log, lock
+
+    def send(self, buf, dest, tag=0):
+        with self.lock:
+            self.log.append(("send", self.rank, dest, tag, buf.nbytes, np.array(buf, copy=True)))
+        self.inner.send(buf, dest, tag)
+
+    def recv(self, buf, source, tag=0):
+        self.inner.recv(buf, source, tag)
+        with self.lock:
+            self.log.append(("recv", self.rank, source, tag, buf.nbytes, None))
+
+    def barrier(self):
+        self.inner.barrier()
+
+
+def test_cut_edge_tensors_go_worker_to_worker_once_per_step_and_never_through_the_master():
+    """Three workers, three cut edges of 400 kB each: per step, each edge's tensor is one
+    message from its producer's rank to its consumer's rank on the peer tag, and the master
+    (rank 0) sends and receives none of it, only requests and a scalar fetch."""
+    n = 50_000
+    g = G.Graph()
+    with g.as_default():
+        with g.device("/job:worker/task:0"):
+            a = G.tanh(G.constant(np.linspace(-1.0, 1.0, n)), name="a")
+        with g.device("/job:worker/task:1"):
+            b = G.square(a, name="b")
+        with g.device("/job:worker/task:2"):
+            total = G.reduce_sum(G.add(a, b, name="c"), name="total")
+    want = float(np.sum(np.tanh(np.linspace(-1.0, 1.0, n)) + np.tanh(np.linspace(-1.0, 1.0, n)) ** 2))
+    cluster = ClusterSpec.workers(3)
+    log, lock = [], threading.Lock()
+
+    def client(master):
+        sess = DistributedSession(master, g)
+        steps = []
+        for _ in range(3):  # the first step also registers the partitions; the others reuse them
+            start = len(log)
+            got = sess.run(total)
+            with lock:
+                steps.append((sess.last_step_id, got, log[start:]))
+        sess.close()
+        return steps
+
+    steps = run_threads(cluster.size, serve_rank, cluster, client, timeout=10,
+                        wrap=lambda c: Traffic(c, log, lock))[MASTER_RANK]
+    ranks = {d: cluster.rank_of(d) for d in cluster.devices}
+    w0, w1, w2 = (ranks[f"/job:worker/replica:0/task:{k}/device:CPU:0"] for k in range(3))
+    tensor_bytes = n * 8
+    for step_id, got, traffic in steps:
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        # the master's whole share of the step: far less than one cut-edge tensor, none on the peer tags
+        master = [t for t in traffic if t[1] == MASTER_RANK]
+        assert not [t for t in master if t[3] in (PEER_TAG, PEER_TAG + 1)]
+        if step_id > 1:  # (step 1 also carries the partitions' GraphDefs, constant included)
+            assert sum(t[4] for t in master) < tensor_bytes / 20
+        # every peer-tag message, decoded: which edge of which step went from where to where
+        sent = [(src, dst, pickle.loads(payload.tobytes())) for kind, src, dst, tag, _, payload in traffic
+                if kind == "send" and tag == PEER_TAG + 1]
+        assert sorted((src, dst, msg.key.split(";")[2]) for src, dst, msg in sent) == \
+            sorted([(w0, w1, "a:0"), (w0, w2, "a:0"), (w1, w2, "b:0")])
+        for src, dst, msg in sent:
+            assert isinstance(msg, m.TensorMessage) and msg.step_id == step_id and msg.key.endswith(f";{step_id}")
+            assert msg.value.nbytes == tensor_bytes
+        payload = [t[4] for t in traffic if t[0] == "send" and t[3] == PEER_TAG + 1]
+        assert all(tensor_bytes < p < tensor_bytes + 1024 for p in payload)  # the tensor once, plus a header
+        received = sorted((t[2], t[1]) for t in traffic if t[0] == "recv" and t[3] == PEER_TAG + 1)
+        assert received == sorted([(w0, w1), (w0, w2), (w1, w2)])  # each taken once, by its consumer
 
 
 def _counter_graph():
@@ -218,8 +295,9 @@ def test_a_silent_worker_is_reported_within_the_timeout_then_marked_unavailable(
         start = time.monotonic()
         try:
             with pytest.raises(StepError, match=r"worker /job:worker/replica:0/task:1/device:CPU:0 \(rank 2\) "
-                                                r"did not answer RunGraph"):
+                                                r"did not answer RunGraph") as failed:
                 sess.run(out, {x: [0.0, 1.0]})
+            seen["error"] = str(failed.value)
             seen["waited"] = time.monotonic() - start
             start = time.monotonic()
             with pytest.raises(StepError, match="task:1/device:CPU:0 is unavailable"):
@@ -232,6 +310,9 @@ def test_a_silent_worker_is_reported_within_the_timeout_then_marked_unavailable(
     # the communicator's timeout (3 s) bounds every wait; run_threads allows the job 1.1 x that
     run_cluster(client, ClusterSpec.workers(2), timeout=3.0)
     assert 2.9 < seen["waited"] < 3.3 and seen["second"] < 0.1
+    # worker 0 waited for the silent worker's tensor, and its own error names that peer and the key
+    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    assert f"no tensor arrived within 2.7 s for '{w1};{w0};bad:0;1' from peer {w1} (rank 2)" in seen["error"]
 
 
 def test_a_worker_that_dies_mid_step_is_an_error_on_the_client_not_a_hang():
@@ -361,6 +442,9 @@ def test_benchmark_writes_json_and_the_plotter_reads_it(tmp_path):
     assert all(len(doc["step_seconds"][v]) == 2 for v in ("session", "repeated", "first"))
     assert doc["plans_of_repeated_session"] == 2  # initialiser + step, however many steps ran
     assert doc["send_recv_pairs"] > 0
+    moved = doc["repeated_step_bytes"]  # cut edges go worker to worker; none passes the master
+    assert moved["worker_to_worker_peer_tags"] > 0 and moved["master_peer_tags"] == 0
+    assert moved["master_sent"] > 0 and moved["master_received"] > 0
     sys.path.insert(0, str(root / "docs" / "hooks"))
     try:
         import plot_distributed_session
@@ -368,3 +452,4 @@ def test_benchmark_writes_json_and_the_plotter_reads_it(tmp_path):
         sys.path.pop(0)
     figures, summary = plot_distributed_session.plot(out, doc)
     assert figures["step"].startswith(b"<?xml") and "| Session (one process) |" in summary
+    assert f"{moved['worker_to_worker_peer_tags']:,} bytes of cut-edge tensors directly" in summary

@@ -54,5 +54,13 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     lines += ["", f"The graph has {data.get('ops', '?')} ops; its step cuts {data.get('send_recv_pairs', '?')} "
               f"edges into Send/Recv pairs. The repeated session partitioned "
               f"{data['plans_of_repeated_session']} times in all (the initialiser's signature and the "
-              f"step's), however many steps it ran.", "", f"*Machine:* {machine}."]
+              f"step's), however many steps it ran."]
+    moved = data.get("repeated_step_bytes")
+    if isinstance(moved, dict):
+        lines += ["", f"Counted on the communicators during one repeated step: the workers sent each other "
+                      f"{moved['worker_to_worker_peer_tags']:,} bytes of cut-edge tensors directly; the master "
+                      f"sent {moved['master_sent']:,} bytes (RunGraph requests with the fed batch) and received "
+                      f"{moved['master_received']:,} (the answers with the fetched loss), and "
+                      f"{moved['master_peer_tags']:,} bytes of cut-edge tensors passed through it."]
+    lines += ["", f"*Machine:* {machine}."]
     return {"step": step}, "\n".join(lines) + "\n"

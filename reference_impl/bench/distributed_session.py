@@ -15,6 +15,10 @@ towers' gradients averaged on the ps) and times, interleaved repeat by repeat in
 The three compute the same values (checked before timing).  Thread ranks share one Python
 interpreter, so the message costs here are those of in-process queues and thread switches,
 not of a network; the ratio ``first / repeated`` is the point: what the cache saves per step.
+
+Every rank's communicator is wrapped in a counter of bytes per (source, destination, tag),
+so the document also says where one repeated step's bytes went: worker to worker on the
+peer tags (the cut edges' tensors) and to and from the master (requests, feeds, fetches).
 """
 from __future__ import annotations
 
@@ -27,10 +31,29 @@ from typing import Any
 
 import numpy as np
 
+from ..comm import Communicator
 from .harness import write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/distributed_session.json")
+
+
+class _ByteCounter(Communicator):
+    """A communicator that counts the bytes each (source, destination, tag) sends."""
+
+    def __init__(self, inner: Any, counts: dict) -> None:
+        self.inner, self.rank, self.size, self.counts = inner, inner.rank, inner.size, counts
+
+    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        key = (self.rank, dest, tag)
+        self.counts[key] = self.counts.get(key, 0) + buf.nbytes
+        self.inner.send(buf, dest, tag)
+
+    def recv(self, buf: Any, source: int, tag: int = 0) -> None:
+        self.inner.recv(buf, source, tag)
+
+    def barrier(self) -> None:
+        self.inner.barrier()
 WIDTHS = (32, 64, 10)
 BATCH = 64
 LR = 0.05
@@ -70,10 +93,25 @@ def build(workers: int, seed: int = 0) -> tuple[Any, dict, list, Any, Any]:
 def measure(workers: int, repeats: int) -> dict[str, Any]:
     """Run the three variants on thread ranks; returns times, values and plan counts."""
     import reference_impl.graph as G
-    from reference_impl.runtime import ClusterSpec, DistributedSession, run_cluster
+    from reference_impl.comm import run_threads
+    from reference_impl.runtime import MASTER_RANK, ClusterSpec, DistributedSession, serve_rank
+    from reference_impl.runtime.channel import PEER_TAG
 
     g, feeds, fetches, train, init = build(workers)
     cluster = ClusterSpec({"worker": list(range(1, workers + 1)), "ps": [workers + 1]})
+    counts: dict[tuple[int, int, int], int] = {}
+
+    def traffic(step: Any) -> dict[str, int]:
+        """Bytes one call of ``step`` moved: worker to worker on the peer tags, and master traffic."""
+        before = dict(counts)
+        step()
+        moved = {k: v - before.get(k, 0) for k, v in counts.items() if v != before.get(k, 0)}
+        return {"worker_to_worker_peer_tags": sum(v for (s, d, t), v in moved.items()
+                                                  if MASTER_RANK not in (s, d) and t in (PEER_TAG, PEER_TAG + 1)),
+                "master_sent": sum(v for (s, d, t), v in moved.items() if s == MASTER_RANK),
+                "master_received": sum(v for (s, d, t), v in moved.items() if d == MASTER_RANK),
+                "master_peer_tags": sum(v for (s, d, t), v in moved.items()
+                                        if MASTER_RANK in (s, d) and t in (PEER_TAG, PEER_TAG + 1))}
 
     def client(master: Any) -> dict[str, Any]:
         local = G.Session(g)
@@ -105,15 +143,17 @@ def measure(workers: int, repeats: int) -> dict[str, Any]:
                 times[k].append(time.perf_counter() - t0)
                 while fresh_sessions:  # closing is not part of the step
                     fresh_sessions.pop().close()
+        moved = traffic(lambda: kept.run([fetches, train], feeds))  # one repeated step, after the timing
         plans = master.sessions[kept.handle].partition_count
         step_key = next(k for k in master.sessions[kept.handle].plans if k[0])  # the one with fetches
         pairs = master.sessions[kept.handle].plans[step_key].send_recv_pairs
         kept.close()
         local.close()
         return {"times": times, "plans_of_repeated_session": plans, "send_recv_pairs": pairs,
-                "ops": len(g.operations)}
+                "ops": len(g.operations), "repeated_step_bytes": moved}
 
-    return run_cluster(client, cluster, timeout=120)
+    return run_threads(cluster.size, serve_rank, cluster, client, timeout=120,
+                       wrap=lambda c: _ByteCounter(c, counts))[MASTER_RANK]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 ``messages`` (the protocol's requests and responses), ``channel`` (objects over a
 communicator), ``rendezvous`` (where Send meets Recv), ``executor`` (run one partition),
-``cluster`` (which rank runs which task), ``worker`` (RegisterGraph / RunGraph),
+``cluster`` (which rank runs which task), ``worker`` (RegisterGraph / RunGraph, and the
+worker-to-worker exchange of cut-edge tensors),
 ``master`` (MasterSession: prune, place, partition, cache, dispatch), ``session`` (the
 client's ``DistributedSession`` and ``run_cluster``).
 """
@@ -12,6 +13,6 @@ from .executor import execute, run_partitions
 from .master import Master, MasterSession, SessionError, StepError
 from .rendezvous import Rendezvous, RendezvousError, RendezvousTimeout
 from .session import DistributedSession, run_cluster, serve_rank
-from .worker import RemoteRendezvous, Worker
+from .worker import StepRendezvous, Worker, comm_timeout
 
 __all__ = [n for n in dir() if not n.startswith("_")]

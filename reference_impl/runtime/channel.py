@@ -5,8 +5,14 @@ then its bytes (uint8, on ``tag + 1``: a separate tag, so that a receive waiting
 length never sees the bytes of the previous message as a message of the wrong dtype).  ``recv_obj`` receives the length, makes a buffer that size and receives
 into it.  Messages between two ranks with one tag never overtake each other, so the pair
 stays together as long as one thread at a time sends on a (destination, tag): ``Channel``
-holds a lock per destination for that, because the master forwards tensors from several
-threads at once.  Every receive is bounded by the communicator's timeout.
+holds a lock per (destination, tag) for that, because a worker answers the master from its
+step thread while its main loop may be sending too.  Every receive is bounded by the
+communicator's timeout.
+
+Two pairs of tags keep the two conversations apart: ``TAG`` carries the master's requests
+and the workers' answers, ``PEER_TAG`` the tensors workers send each other on cut edges.
+A worker reads both at once (its main loop on ``TAG`` from the master, one receiver thread
+per peer on ``PEER_TAG``), and neither can take a message meant for the other.
 """
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ import numpy as np
 
 from ..comm import Communicator
 
-TAG = 7  # the runtime's messages (lengths on 7, bytes on 8); collectives use other tags
+TAG = 7  # master <-> worker messages (lengths on 7, bytes on 8); collectives use other tags
+PEER_TAG = 9  # worker -> worker tensors on cut edges (lengths on 9, bytes on 10)
 
 
 def send_obj(comm: Communicator, obj: Any, dest: int, tag: int = TAG) -> None:
@@ -38,18 +45,21 @@ def recv_obj(comm: Communicator, source: int, tag: int = TAG) -> Any:
 
 
 class Channel:
-    """``send_obj``/``recv_obj`` with one send lock per destination (safe from many threads)."""
+    """``send_obj``/``recv_obj`` with one send lock per (destination, tag) (safe from many threads).
+
+    Receives are not locked: the runtime has one reader per (source, tag) by construction.
+    """
 
     def __init__(self, comm: Communicator) -> None:
         self.comm = comm
-        self._locks: dict[int, threading.Lock] = {}
+        self._locks: dict[tuple[int, int], threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def send(self, obj: Any, dest: int) -> None:
+    def send(self, obj: Any, dest: int, tag: int = TAG) -> None:
         with self._guard:
-            lock = self._locks.setdefault(dest, threading.Lock())
+            lock = self._locks.setdefault((dest, tag), threading.Lock())
         with lock:
-            send_obj(self.comm, obj, dest)
+            send_obj(self.comm, obj, dest, tag)
 
-    def recv(self, source: int) -> Any:
-        return recv_obj(self.comm, source)
+    def recv(self, source: int, tag: int = TAG) -> Any:
+        return recv_obj(self.comm, source, tag)

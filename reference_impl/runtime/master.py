@@ -9,11 +9,13 @@ handle.  ``RunStep`` then:
    registers each partition with the worker that owns its device (``RegisterGraph``);
 2. gives the step a new id and sends ``RunGraph`` to each worker of the plan, with the fed
    values its partition consumes and the fetches it holds;
-3. listens to every worker of the step at once (a thread each), forwarding ``TensorMessage``s
-   between them, until every worker has answered.  A worker that answers with an error, or
-   stays silent for the communicator's timeout, fails the step: the other workers get
-   ``AbortStep`` so none is left waiting, and the client gets an error naming the worker.
-   A silent worker is marked unavailable, so later steps fail at once instead of waiting.
+3. waits for every worker of the step to answer (a thread each).  The tensors on cut edges
+   never pass through here: each worker sends them straight to the worker that consumes
+   them (see ``worker``), so the master only sends requests and collects fetches.  A worker
+   that answers with an error, or stays silent for the communicator's timeout, fails the
+   step: the other workers get ``AbortStep`` so none is left waiting for its tensors, and
+   the client gets an error naming the worker.  A silent worker is marked unavailable, so
+   later steps fail at once instead of waiting.
 
 ``CloseSession`` deregisters the session's partitions and deletes its variables (unless
 they live in a shared container).  Steps run one at a time (a lock), whichever session
@@ -155,8 +157,8 @@ class Master:
                 self.unavailable[device] = str(e)
                 raise StepError(f"worker {device} (rank {rank}) did not answer "
                                 f"{type(request).__name__}: {e}") from None
-            if not isinstance(reply, (m.TensorMessage, m.RunGraphResponse)):
-                return reply  # (tensors and answers of an abandoned step are dropped)
+            if not isinstance(reply, m.RunGraphResponse):
+                return reply  # (a late answer of an abandoned step is dropped)
 
     def _plan(self, s: MasterSession, req: m.RunStepRequest) -> _Plan:
         key = (tuple(sorted(req.fetch)), tuple(sorted(req.feed)), tuple(sorted(req.target)))
@@ -218,12 +220,7 @@ class Master:
                     self.unavailable[device] = f"no answer to step {step_id}: {e}"
                     fail(device, f"worker {device} (rank {rank}) did not answer RunGraph: {e}")
                     return
-                if isinstance(msg, m.TensorMessage) and msg.step_id == step_id:
-                    try:
-                        self.channel.send(msg, self.cluster.rank_of(msg.recv_device))
-                    except CommError as e:
-                        fail(device, f"forwarding {msg.key} failed: {e}")
-                elif isinstance(msg, m.RunGraphResponse) and msg.step_id == step_id:
+                if isinstance(msg, m.RunGraphResponse) and msg.step_id == step_id:
                     if msg.error is not None:
                         fail(device, f"worker {device} (rank {rank}) failed: {msg.error}")
                     results[device] = msg.recv

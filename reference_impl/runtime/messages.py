@@ -10,8 +10,11 @@ Master → worker (over the communicator): ``RegisterGraph`` (a partition's Grap
 graph handle out), ``RunGraph`` (run a registered partition for one step id),
 ``DeregisterGraph``, ``DeleteWorkerSession`` (free the session's variables), ``Shutdown``.
 
-While a step runs, cut edges travel as ``TensorMessage``s; ``AbortStep`` tells a worker
-that the step it is running has failed elsewhere, so it stops waiting for tensors.
+While a step runs, each cut edge's tensor travels as one ``TensorMessage`` straight from the
+worker that produced it to the worker that consumes it (worker → worker, never through the
+master); ``AbortStep`` (master → worker) tells a worker that the step it is running has
+failed elsewhere, so it stops waiting for tensors.  ``PeerClose`` (worker → worker, at
+shutdown) tells a peer's receiver thread that no more tensors will come from this worker.
 """
 from __future__ import annotations
 
@@ -125,10 +128,16 @@ class Shutdown:
 # ---------------------------------------------------------------- during a step
 @dataclass
 class TensorMessage:
+    """Worker → worker: the value of one cut edge for one step."""
     step_id: int
     key: str  # rendezvous key: "{send_device};{recv_device};{edge};{step_id}"
-    recv_device: str
     value: Any
+
+
+@dataclass
+class PeerClose:
+    """Worker → worker, at shutdown: the sender will send no more tensors."""
+    device: str
 
 
 @dataclass

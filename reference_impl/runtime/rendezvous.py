@@ -11,8 +11,9 @@ Both sides name the tensor by the same key, ``"{send_device};{recv_device};{edge
   let it run the op whose ``_Send`` a peer is waiting for;
 * ``abort`` wakes every waiter with an error (the step failed elsewhere).
 
-``Rendezvous`` is the in-process table (threads).  A worker uses ``RemoteRendezvous``,
-whose wait reads the next message from the master instead of sleeping (see ``worker``).
+``Rendezvous`` is the in-process table (threads).  A worker keeps one per step
+(``worker.StepRendezvous``): its own ``_Send``s fill it directly, and its receiver threads,
+one per peer worker, fill it with the tensors that peer sends over the communicator.
 """
 from __future__ import annotations
 

@@ -1,0 +1,275 @@
+"""Parameter servers, sparse tables, consistency models and Wide & Deep, measured.
+
+``python -m reference_impl.bench ps`` runs four parts in one process and writes
+``docs/assets/bench/ps.json``:
+
+* ``throughput``: ``sparse_table_pull`` + ``sparse_table_push`` (dedupe, sorted-index
+  lookup, row creation, gather, duplicate-summing gradient, SGD) in keys per second,
+  against a NumPy lower bound timed in the same run, interleaved: ``np.unique`` +
+  ``take`` + ``np.add.at`` + SGD on a dense table that already holds every row (so it
+  pays no index lookup and no row creation);
+* ``traffic``: bytes sent per training step and step time on thread ranks (2 servers +
+  2 workers for the parameter server; the same 2 workers all-reducing for the mirrored
+  strategy), for a sparse embedding model at several vocabulary sizes and for a
+  dense-only model, counted by ``CountingCommunicator``;
+* ``consistency``: BSP, ASP, SSP (s = 1, 4, 16), backup workers and EASGD on 4 workers,
+  with one persistent 3x straggler and with transient 3x stragglers (each step, each
+  worker with probability 0.1), in *simulated* time (one unit = one normal worker step):
+  loss curves, time to a target test log-loss, and staleness histograms;
+* ``collisions``: the measured fraction of distinct values that share a hash bucket
+  with another (``categorical_column_with_hash_bucket``), against the birthday formula;
+* ``wide_deep``: test AUC and log-loss on InstEval of plain logistic regression (one-hot
+  base columns), wide-only (with crosses), deep-only and joint Wide & Deep, and the joint
+  model again on 2 parameter servers + 2 workers and on 2 mirrored workers (thread
+  ranks); and on the synthetic
+  click log, a wide model's log-loss against the true model's (Bayes) log-loss.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..comm import CountingCommunicator, allreduce, run_threads
+from ..models import ClickLog
+from ..models import feature_columns as fc
+from ..models.insteval import insteval_columns, load_insteval, train_test_split
+from ..models.strategies import mirrored_rank, ps_rank
+from ..models.wide_deep import WideDeep, auc, fit
+from ..ps import FTRL, SGD, Adagrad, ClusterSpec, ShardedSparseTable, sparse_table_pull, sparse_table_push
+from ..ps.consistency import HashedLogReg, simulate
+from ..ps.embedding import embedding_lookup, embedding_lookup_grad
+from ..ps.hashing import uniform_from_ids
+from ..ps.training import loss_and_grads, model_spec, run_ps_rank
+from .harness import write_json
+from .machine import machine_info
+
+DEFAULT_OUT = Path("docs/assets/bench/ps.json")
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def throughput(batch: int, vocab: int, dim: int, repeats: int, seed: int = 0) -> dict[str, Any]:
+    """keys/s of pull+push through the temporary matrix vs the NumPy lower bound."""
+    rng = np.random.default_rng(seed)
+    p = 1.0 / np.arange(1, vocab + 1) ** 1.05
+    batches = [rng.choice(vocab, batch, p=p / p.sum()) for _ in range(repeats + 1)]
+    table = ShardedSparseTable(1, dim, SGD(0.01))
+    dense = np.zeros((vocab, dim))
+    grad_out = rng.standard_normal((batch, dim))
+
+    def ours(ids):
+        temp = sparse_table_pull(table, ids)
+        embedding_lookup(temp)
+        sparse_table_push(table, temp, embedding_lookup_grad(temp, grad_out))
+
+    def lower_bound(ids):
+        unique, inverse = np.unique(ids, return_inverse=True)
+        rows = dense.take(unique, axis=0)
+        rows[inverse]
+        g = np.zeros_like(rows)
+        np.add.at(g, inverse, grad_out)
+        dense[unique] -= 0.01 * g
+
+    ours(batches[0]), lower_bound(batches[0])  # warm up
+    times: dict[str, list[float]] = {"sparse_table": [], "numpy_lower_bound": []}
+    for ids in batches[1:]:
+        for name, fn in (("sparse_table", ours), ("numpy_lower_bound", lower_bound)):
+            t0 = time.perf_counter()
+            fn(ids)
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"batch": batch, "vocab": vocab, "dim": dim, "repeats": repeats,
+            "unique_per_batch": float(np.mean([len(np.unique(b)) for b in batches])),
+            "median_s": med, "keys_per_s": {k: batch / v for k, v in med.items()},
+            "slowdown_vs_lower_bound": med["sparse_table"] / med["numpy_lower_bound"]}
+
+
+# --------------------------------------------------------------------------- traffic
+
+
+def _mirrored_rank(comm, vocab_ids, ids, labels, steps, batch, dim):
+    """Mirrored strategy: every worker holds the whole table densely and all-reduces its gradient."""
+    spec = model_spec(dim)
+    row_of = {k: i for i, k in enumerate(vocab_ids.tolist())}
+    table = spec.sparse[0].init_scale * uniform_from_ids(vocab_ids, dim, spec.sparse[0].seed)
+    w, b = spec.dense[0].initial.copy(), spec.dense[1].initial.copy()
+    per = batch // comm.size
+    for step in range(steps):
+        lo = (step * batch + comm.rank * per) % len(ids)
+        rows = np.vectorize(row_of.__getitem__)(ids[lo:lo + per])
+        _, d_emb, dw, db = loss_and_grads(table[rows], w, b, labels[lo:lo + per], 1.0 / batch)
+        g_table = np.zeros_like(table)
+        np.add.at(g_table, rows.ravel(), d_emb.reshape(-1, dim))
+        flat = allreduce(comm, np.concatenate([g_table.ravel(), dw, db]))
+        table -= 0.5 * flat[:table.size].reshape(table.shape)
+        w -= 0.5 * flat[table.size:table.size + dim]
+        b -= 0.5 * flat[-1:]
+
+
+def _timed_threads(n, fn, *args):
+    counters: list[CountingCommunicator] = []
+
+    def wrap(c):
+        counters.append(CountingCommunicator(c))
+        return counters[-1]
+
+    t0 = time.perf_counter()
+    run_threads(n, fn, *args, timeout=120, wrap=wrap)
+    return time.perf_counter() - t0, sum(c.bytes_sent for c in counters)
+
+
+def traffic(vocabs: list[int], steps: int, batch: int, dim: int) -> list[dict[str, Any]]:
+    """Bytes per step and seconds per step: PS (2 servers + 2 workers) vs mirrored (2 workers)."""
+    out = []
+    for vocab in vocabs:
+        log = ClickLog(n_fields=4, vocab_size=vocab)
+        ids, labels = log.sample(steps * batch, seed=1)
+        vocab_ids = np.unique(np.concatenate([log.feature_ids(f, np.arange(vocab)) for f in range(4)]))
+        ps_t, ps_b = _timed_threads(4, run_ps_rank, ClusterSpec(2, 2), model_spec(dim), ids, labels,
+                                    steps, batch, True, "ps")
+        mr_t, mr_b = _timed_threads(2, _mirrored_rank, vocab_ids, ids, labels, steps, batch, dim)
+        out.append({"model": "sparse embedding", "vocab_rows": len(vocab_ids), "dim": dim, "batch": batch,
+                    "unique_ids_per_step": float(np.mean([len(np.unique(ids[i:i + batch]))
+                                                          for i in range(0, len(ids), batch)])),
+                    "ps_bytes_per_step": ps_b / steps, "mirrored_bytes_per_step": mr_b / steps,
+                    "ps_s_per_step": ps_t / steps, "mirrored_s_per_step": mr_t / steps})
+    return out
+
+
+# --------------------------------------------------------------------------- consistency
+
+CONSISTENCY_RUNS = [("bsp", {}), ("asp", {}), ("ssp", {"staleness": 1}), ("ssp", {"staleness": 4}),
+                    ("ssp", {"staleness": 16}), ("backup", {"backups": 1}), ("easgd", {})]
+SCENARIOS = {"persistent": {"straggler": 0, "straggle_prob": 0.0},
+             "transient": {"straggler": None, "straggle_prob": 0.1}}
+
+
+def consistency(horizon: float, seeds: int) -> dict[str, Any]:
+    """Each model under each straggler scenario. Seed ``s`` draws its own data, so its target
+    is what straggler-free BSP reaches on that seed within 60% of the horizon."""
+    make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)  # noqa: E731
+    out: dict[str, Any] = {"horizon": horizon, "seeds": seeds, "workers": 4, "slowdown": 3.0, "scenarios": {}}
+    refs = [simulate("bsp", make(s), horizon=horizon, straggler=None, seed=s) for s in range(seeds)]
+    targets = [min(l for t, l in zip(r.times, r.losses) if t <= 0.6 * horizon) for r in refs]  # per seed
+    out["target_logloss"] = float(np.mean(targets))
+    out["target_logloss_per_seed"] = targets
+    out["bayes_logloss"] = make(0).bayes
+    for scenario, kw in SCENARIOS.items():
+        rows = []
+        for model, extra in CONSISTENCY_RUNS:
+            runs = [simulate(model, make(s), horizon=horizon, seed=s, **kw, **extra) for s in range(seeds)]
+            label = model + (f" s={extra['staleness']}" if "staleness" in extra else "")
+            hist = np.bincount(np.concatenate([r.staleness for r in runs]).astype(int)) if runs[0].staleness else []
+            grid = np.linspace(0, horizon, 61)
+            curve = np.mean([[min([l for t, l in zip(r.times, r.losses) if t <= g] or [r.losses[0]])
+                              for g in grid] for r in runs], axis=0)
+            reached = [r.time_to(target) for r, target in zip(runs, targets)]
+            rows.append({"model": label, "time_to_target": reached,
+                         "updates": [len(r.losses) - 1 for r in runs], "final_logloss": [r.losses[-1] for r in runs],
+                         "staleness_histogram": [int(v) for v in hist], "dropped": sum(r.dropped for r in runs),
+                         "curve_time": grid.tolist(), "curve_best_logloss": curve.tolist()})
+            print(f"  consistency {scenario:>10} {label:>8}: time to target {statistics.median(reached):.1f}",
+                  flush=True)
+        out["scenarios"][scenario] = rows
+    return out
+
+
+# --------------------------------------------------------------------------- Wide & Deep
+
+
+def wide_deep(epochs: int) -> dict[str, Any]:
+    tr, ytr, te, yte = train_test_split(load_insteval())
+    base, wide, deep = insteval_columns()
+    ftrl = lambda: FTRL(alpha=0.3, beta=1.0, l1=0.0, l2=3.0)  # noqa: E731
+    models = {"logistic regression (base one-hot)": WideDeep(base, [], mode="wide", wide_optimizer=ftrl()),
+              "wide only (base + crosses, FTRL)": WideDeep(wide, deep, mode="wide", wide_optimizer=ftrl()),
+              "deep only (embeddings + MLP, Adagrad/Adam)": WideDeep(wide, deep, mode="deep"),
+              "wide & deep (joint)": WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl())}
+    rows = []
+    for name, model in models.items():
+        t0 = time.perf_counter()
+        history = fit(model, tr, ytr, epochs=epochs, batch=256)
+        metrics = model.evaluate(te, yte)
+        rows.append({"model": name, **metrics, "train_loss": history, "seconds": time.perf_counter() - t0})
+        print(f"  wide_deep {name}: AUC {metrics['auc']:.4f} log-loss {metrics['logloss']:.4f}", flush=True)
+    # The joint model again, with its tables on 2 parameter servers and the MLP all-reduced
+    # between 2 workers (thread ranks): same batches, so the same model up to rounding.
+    t0 = time.perf_counter()
+    build = lambda **kw: WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl(), **kw)  # noqa: E731
+    ranks = run_threads(4, ps_rank, ClusterSpec(2, 2), build, tr, ytr, te, yte, epochs, 256, timeout=600)
+    joint = rows[-1]
+    strategy = {"model": "wide & deep (joint), 2 servers + 2 workers", "auc": ranks[2]["auc"],
+                "logloss": ranks[2]["logloss"], "seconds": time.perf_counter() - t0,
+                "auc_minus_local": ranks[2]["auc"] - joint["auc"],
+                "ids_sent_per_worker": [r["ids_sent"] for r in ranks[2:]]}
+    print(f"  wide_deep on parameter servers: AUC {strategy['auc']:.4f} "
+          f"({strategy['auc_minus_local']:+.2e} vs one process)", flush=True)
+    t0 = time.perf_counter()
+    ranks = run_threads(2, mirrored_rank, build, tr, ytr, te, yte, epochs, 256, timeout=600)
+    mirrored = {"model": "wide & deep (joint), 2 mirrored workers", "auc": ranks[0]["auc"],
+                "logloss": ranks[0]["logloss"], "seconds": time.perf_counter() - t0,
+                "auc_minus_local": ranks[0]["auc"] - joint["auc"],
+                "rows_stored_per_worker": [r["rows_stored"] for r in ranks],
+                "rows_received_per_worker": [r["rows_received"] for r in ranks]}
+    print(f"  wide_deep mirrored: AUC {mirrored['auc']:.4f} ({mirrored['auc_minus_local']:+.2e} vs one process)",
+          flush=True)
+    log = ClickLog(n_fields=3, vocab_size=200, zipf_exponent=0.5)
+    ids, labels = log.sample(60_000, seed=1)
+    test_ids, test_labels = log.sample(10_000, seed=2)
+    cols = [fc.dynamic_categorical_column(f"f{k}") for k in range(3)]
+    feats = lambda x: {f"f{k}": x[:, k] for k in range(3)}  # noqa: E731
+    model = WideDeep(cols, [], mode="wide", wide_optimizer=Adagrad(0.5, 1e-3), deep_optimizer=SGD(0.3))
+    fit(model, feats(ids), labels, epochs=2, batch=256)
+    click = model.evaluate(feats(test_ids), test_labels)
+    click["bayes_logloss"] = log.bayes_logloss(test_ids, test_labels)
+    click["bayes_auc"] = auc(log.true_logit(test_ids), test_labels)
+    return {"insteval": {"train": len(ytr), "test": len(yte), "epochs": epochs, "rows": rows,
+                         "parameter_servers": strategy, "mirrored": mirrored},
+            "click_log": click}
+
+
+def collisions(buckets: int = 100_000) -> list[dict[str, Any]]:
+    """Measured fraction of distinct values sharing a hash bucket, against 1 - (1 - 1/m)^(n-1)."""
+    out = []
+    for n in (1_000, 5_000, 10_000, 50_000, 100_000, 200_000):
+        out.append({"values": n, "buckets": buckets, "measured": fc.collision_rate(n, buckets),
+                    "birthday_formula": 1 - (1 - 1 / buckets) ** (n - 1)})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench ps", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the site)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    args = parser.parse_args(argv)
+    q = args.quick
+    print("throughput ...", flush=True)
+    thr = [throughput(b, 1_000_000, 16, 5 if q else 25) for b in ((4096,) if q else (1024, 8192, 65536))]
+    print("traffic ...", flush=True)
+    tra = traffic([100, 1000] if q else [100, 1000, 10_000, 50_000], 3 if q else 8, 256, 8)
+    print("consistency ...", flush=True)
+    con = consistency(40.0 if q else 300.0, 1 if q else 3)
+    col = collisions()
+    print("wide & deep ...", flush=True)
+    wd = wide_deep(1 if q else 3)
+    document = {"benchmark": "ps", "machine": machine_info(mpi_library="not used (thread ranks)"),
+                "settings": {"quick": q}, "throughput": thr, "traffic": tra, "consistency": con, "collisions": col,
+                "wide_deep": wd}
+    write_json(args.out, document)
+    print(f"wrote {args.out}")
+    for t in thr:
+        print(f"batch {t['batch']}: {t['keys_per_s']['sparse_table']:.3g} keys/s, "
+              f"{t['slowdown_vs_lower_bound']:.2f}x the NumPy lower bound's time")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Consistency models under a straggler: BSP, ASP, SSP, backup workers and EASGD, simulated.
+
+How workers and servers agree on the parameters decides two things that pull in
+opposite directions: how long a step waits (for the slowest worker, for nobody, or for
+nobody more than ``s`` steps behind) and how stale the parameters a gradient was computed
+from are (staleness = updates applied between a worker's read and its push). This module
+trains one real model under each rule and a *simulated* clock, so the trade-off can be
+measured without the noise of a shared machine:
+
+* a worker step takes ``1`` time unit (times a small random jitter); a persistent
+  straggler takes ``slowdown`` units every step, a transient one only now and then;
+  communication is free, so only waiting is charged;
+* **bsp**: all ``n`` workers read, compute, and their gradients are applied together; the
+  step ends when the slowest worker ends. Every model moves the parameters by ``lr`` per
+  worker-batch gradient, so BSP applies ``lr`` times the *sum* of the ``n`` gradients
+  (the linear scaling rule: ``n`` times the rate for an ``n`` times larger batch);
+* **asp**: each push is applied the moment it arrives; nobody waits;
+* **ssp**: as asp, but a worker may start a step only while ``SSPClock`` allows it;
+* **backup**: ``n + b`` workers start each step; the first ``n`` gradients are averaged
+  and applied and the ``b`` latecomers are dropped (Chen et al., "Revisiting
+  distributed synchronous SGD", 2016);
+* **easgd**: every worker trains its own copy and every ``tau`` local steps moves it and
+  the centre copy towards each other by ``alpha`` of their difference (Zhang, Choromanska
+  and LeCun, 2015); the loss is the centre's.
+
+The model is logistic regression over the click log's ids hashed into ``n_buckets``
+weights, so a copy of the parameters is one small array (EASGD keeps one per worker).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..models.click_log import ClickLog, logloss
+from .hashing import splitmix64
+from .ssp_clock import SSPClock
+
+MODELS = ("bsp", "asp", "ssp", "backup", "easgd")
+
+
+class HashedLogReg:
+    """The training problem: hashed logistic regression on a click log, with a test set."""
+
+    def __init__(self, n_buckets: int = 4096, n_train: int = 32_768, n_test: int = 4096,
+                 batch: int = 32, seed: int = 0, log: ClickLog | None = None):
+        self.log = log or ClickLog(vocab_size=2000)
+        self.n_buckets, self.batch = n_buckets, batch
+        ids, self.y = self.log.sample(n_train, seed)
+        test_ids, self.test_y = self.log.sample(n_test, seed + 1)
+        self.x = self._buckets(ids)
+        self.test_x = self._buckets(test_ids)
+        self.bayes = self.log.bayes_logloss(test_ids, self.test_y)
+        self.rng = np.random.default_rng(seed + 2)
+
+    def _buckets(self, ids: np.ndarray) -> np.ndarray:
+        return (splitmix64(ids) % np.uint64(self.n_buckets)).astype(np.int64)
+
+    def init(self) -> np.ndarray:
+        return np.zeros(self.n_buckets + 1)  # bucket weights, then the bias
+
+    def grad(self, w: np.ndarray) -> np.ndarray:
+        """The mean log-loss gradient on a fresh random batch."""
+        rows = self.rng.integers(0, len(self.y), self.batch)
+        x, y = self.x[rows], self.y[rows]
+        g_logit = 1 / (1 + np.exp(-(w[x].sum(1) + w[-1]))) - y
+        g = np.zeros_like(w)
+        np.add.at(g, x.ravel(), np.repeat(g_logit, x.shape[1]) / self.batch)
+        g[-1] = g_logit.mean()
+        return g
+
+    def test_loss(self, w: np.ndarray) -> float:
+        return logloss(w[self.test_x].sum(1) + w[-1], self.test_y)
+
+
+@dataclass
+class Run:
+    """One simulated training run: the loss curve against simulated time, and what happened."""
+
+    model: str
+    times: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)
+    staleness: list[int] = field(default_factory=list)  # per applied gradient
+    reads: list[tuple[int, int, int]] = field(default_factory=list)  # (worker, its clock, slowest clock)
+    used: list[list[int]] = field(default_factory=list)  # backup: workers whose gradients were applied
+    dropped: int = 0
+
+    def record(self, t: float, loss: float) -> None:
+        self.times.append(t)
+        self.losses.append(loss)
+
+    def time_to(self, target: float) -> float:
+        """Simulated time at which the test loss first reached ``target`` (inf if never)."""
+        for t, loss in zip(self.times, self.losses):
+            if loss <= target:
+                return t
+        return math.inf
+
+
+def step_times(rng: np.random.Generator, n: int, straggler: int | None, slowdown: float,
+               straggle_prob: float = 0.0) -> np.ndarray:
+    """How long each of ``n`` workers takes for one step: ~1 unit (5% jitter); worker
+    ``straggler`` always takes ``slowdown`` times longer, and any worker does so with
+    probability ``straggle_prob`` (a transient hiccup: a GC pause, a noisy neighbour)."""
+    t = np.exp(rng.normal(0.0, 0.05, n))
+    if straggler is not None:
+        t[straggler] *= slowdown
+    t[rng.random(n) < straggle_prob] *= slowdown
+    return t
+
+
+def simulate(model: str, problem: HashedLogReg, n_workers: int = 4, horizon: float = 200.0,
+             lr: float = 1.0, straggler: int | None = 0, slowdown: float = 3.0,
+             straggle_prob: float = 0.0, staleness: float = 4, backups: int = 1, tau: int = 4,
+             alpha: float = 0.25, seed: int = 0) -> Run:
+    """Train under ``model`` until simulated time ``horizon``; see the module docstring."""
+    if model not in MODELS:
+        raise ValueError(f"simulate: unknown consistency model {model!r}; expected one of {MODELS}")
+    if n_workers < 1:
+        raise ValueError(f"simulate: need at least one worker, got {n_workers}")
+    rng = np.random.default_rng(seed)
+    run = Run(model)
+    w = problem.init()
+    run.record(0.0, problem.test_loss(w))
+    if model in ("bsp", "backup"):
+        total = n_workers + (backups if model == "backup" else 0)
+        t = 0.0
+        while t < horizon:
+            times = step_times(rng, total, straggler, slowdown, straggle_prob)
+            first = np.argsort(times, kind="stable")[:n_workers]
+            t += float(times[first[-1]])
+            w -= lr * np.sum([problem.grad(w) for _ in first], axis=0)
+            run.used.append(sorted(first.tolist()))
+            run.dropped += total - n_workers
+            run.staleness.extend([0] * n_workers)
+            run.record(t, problem.test_loss(w))
+        return run
+    if model == "easgd":
+        return _easgd(problem, run, w, rng, n_workers, horizon, lr, straggler, slowdown,
+                      straggle_prob, tau, alpha)
+    return _async(problem, run, w, rng, n_workers, horizon, lr, straggler, slowdown, straggle_prob,
+                  math.inf if model == "asp" else staleness)
+
+
+def _async(problem, run, w, rng, n, horizon, lr, straggler, slowdown, straggle_prob, staleness) -> Run:
+    """ASP (``staleness = inf``) and SSP: pushes applied on arrival, reads gated by the clock."""
+    clock = SSPClock(n, staleness)
+    version = 0  # updates applied so far
+    events: list[tuple[float, int, int, np.ndarray]] = []  # (finish time, worker, version read, grad)
+    waiting: list[int] = []
+
+    def start(worker: int, now: float) -> None:
+        run.reads.append((worker, clock.clocks[worker], clock.slowest()))
+        dt = float(step_times(rng, n, straggler, slowdown, straggle_prob)[worker])
+        heapq.heappush(events, (now + dt, worker, version, problem.grad(w)))
+
+    for i in range(n):
+        start(i, 0.0)
+    while events:
+        now, worker, read_version, g = heapq.heappop(events)
+        if now > horizon:
+            break
+        w -= lr * g
+        run.staleness.append(version - read_version)
+        version += 1
+        clock.tick(worker)
+        run.record(now, problem.test_loss(w))
+        waiting.append(worker)
+        for i in list(waiting):
+            if clock.can_read(i):
+                waiting.remove(i)
+                start(i, now)
+    return run
+
+
+def _easgd(problem, run, center, rng, n, horizon, lr, straggler, slowdown, straggle_prob, tau, alpha) -> Run:
+    """Asynchronous EASGD: local SGD steps; every ``tau`` steps an elastic exchange with the centre."""
+    local = [center.copy() for _ in range(n)]
+    steps = [0] * n
+    events = [(float(step_times(rng, n, straggler, slowdown, straggle_prob)[i]), i) for i in range(n)]
+    heapq.heapify(events)
+    while events:
+        now, i = heapq.heappop(events)
+        if now > horizon:
+            break
+        local[i] -= lr * problem.grad(local[i])
+        steps[i] += 1
+        if steps[i] % tau == 0:
+            diff = alpha * (local[i] - center)
+            local[i] -= diff
+            center += diff
+            run.record(now, problem.test_loss(center))
+        heapq.heappush(events, (now + float(step_times(rng, n, straggler, slowdown, straggle_prob)[i]), i))
+    return run

@@ -1,0 +1,89 @@
+"""Feature columns against independent computations: intervals by loop, vocabularies by
+dict, hashes recomputed with hashlib, crossed ids by their definition, and the measured
+collision rate against the birthday-problem formula."""
+import hashlib
+
+import numpy as np
+import pytest
+
+from reference_impl.models import feature_columns as fc
+from reference_impl.ps import ShardedSparseTable, sparse_table_pull, splitmix64
+
+
+def test_numeric_column_normalises_and_checks_its_input():
+    col = fc.numeric_column("age", mean=30.0, std=10.0)
+    np.testing.assert_allclose(col.dense({"age": np.array([20, 45])}), [[-1.0], [1.5]])
+    with pytest.raises(TypeError, match="numeric_column 'age': expected numbers, got dtype <U"):
+        col.dense({"age": np.array(["x"])})
+    with pytest.raises(KeyError, match="feature column 'age' not in the features; they have \\['agee'\\]"):
+        col.dense({"agee": np.array([1.0])})
+
+
+def test_bucketized_column_puts_each_value_in_its_interval(rng):
+    bounds = [0.0, 1.0, 2.5]
+    col = fc.bucketized_column(fc.numeric_column("x"), bounds)
+    x = np.concatenate([rng.uniform(-1, 4, 50), bounds])
+    expect = [sum(v >= b for b in bounds) for v in x]  # interval [b_i, b_i+1)
+    assert col.ids({"x": x}).tolist() == expect
+    assert col.num_buckets == 4
+    with pytest.raises(ValueError, match="strictly increasing"):
+        fc.bucketized_column(fc.numeric_column("x"), [1, 0])
+
+
+def test_vocabulary_column_maps_known_values_and_hashes_unknown_ones():
+    col = fc.categorical_column_with_vocabulary_list("dept", ["math", "cs", "bio"], num_oov_buckets=2)
+    ids = col.ids({"dept": np.array(["cs", "bio", "art", "math", "art", "law"])})
+    assert ids[[0, 1, 3]].tolist() == [1, 2, 0]
+    assert ids[2] == ids[4] and 3 <= ids[2] < 5 and 3 <= ids[5] < 5
+    assert col.num_buckets == 5
+
+
+def test_hash_bucket_column_matches_blake2b_and_splitmix64():
+    col = fc.categorical_column_with_hash_bucket("word", 1000)
+    words = ["wide", "deep", "wide"]
+    expect = [int.from_bytes(hashlib.blake2b(w.encode(), digest_size=8).digest(), "little") % 1000
+              for w in words]
+    assert col.ids({"word": np.array(words)}).tolist() == expect
+    nums = np.array([3, 2**40])
+    assert col.ids({"word": nums}).tolist() == (splitmix64(nums) % np.uint64(1000)).astype(int).tolist()
+    with pytest.raises(TypeError, match="word: categorical values must be strings or integers, got dtype float64"):
+        col.ids({"word": np.array([1.5])})
+
+
+def test_crossed_column_hashes_the_combination():
+    a = fc.categorical_column_with_vocabulary_list("a", ["x", "y"])
+    b = fc.dynamic_categorical_column("b")
+    col = fc.crossed_column([a, b], 10_007)
+    feats = {"a": np.array(["x", "y", "x", "x"]), "b": np.array([5, 5, 6, 5])}
+    h = np.full(4, 0x2545F4914F6CDD1D, dtype=np.int64)
+    for ids in (a.ids(feats), b.ids(feats)):
+        h = splitmix64(h ^ ids).view(np.int64)
+    assert col.ids(feats).tolist() == (h.view(np.uint64) % np.uint64(10_007)).astype(int).tolist()
+    got = col.ids(feats)
+    assert got[0] == got[3] and len({got[0], got[1], got[2]}) == 3  # same pair, same id
+    assert col.name == "a_X_b"
+
+
+def test_dynamic_column_keys_raw_ids_into_a_growing_sparse_table():
+    col = fc.dynamic_categorical_column("user")
+    assert col.num_buckets is None
+    users = np.array([2**62 + 1, 17, 2**62 + 1, -5])
+    ids = col.ids({"user": users})
+    assert ids[0] == ids[2] and len(set(ids.tolist())) == 3
+    emb = fc.embedding_column(col, 4)
+    table = ShardedSparseTable(2, emb.dimension)
+    temp = sparse_table_pull(table, ids)
+    assert temp.matrix.shape == (3, 4) and len(table) == 3
+    with pytest.raises(ValueError, match="dynamic column has no fixed width"):
+        fc.indicator_column(col)
+
+
+def test_indicator_column_is_one_hot():
+    col = fc.indicator_column(fc.bucketized_column(fc.numeric_column("x"), [0.0]))
+    np.testing.assert_array_equal(col.dense({"x": np.array([-1.0, 2.0])}), [[1, 0], [0, 1]])
+
+
+@pytest.mark.parametrize("n, buckets", [(1000, 10_000), (5000, 10_000), (2000, 1000)])
+def test_collision_rate_follows_the_birthday_formula(n, buckets):
+    expected = 1 - (1 - 1 / buckets) ** (n - 1)  # P(another of the n-1 values lands in my bucket)
+    assert abs(fc.collision_rate(n, buckets) - expected) < 0.03

@@ -1,0 +1,193 @@
+"""``jit``: freeze a session's graph, optimise it for inference, generate code, return a callable.
+
+    f = jit(sess, [logits], [x], target="c")
+    (y,) = f(batch)               # same values as sess.run([logits], {x: batch})
+    print(f.source)               # the generated C (or NumPy) source
+    print(f.report)               # (pass, ops before, ops after) for every pass
+
+The pipeline: ``freeze`` (variables → constants holding the session's current values),
+then constant folding, algebraic simplification, common-subexpression elimination,
+dead-code elimination and elementwise fusion, then code generation for ``target``:
+
+* ``"numpy"``: straight-line NumPy source (``numpy_codegen``), run with ``exec``;
+* ``"c"``: C source with the weights compiled in (``c_codegen``), built into a shared library
+  by ``reference_impl.toolchain`` and called through ``ctypes``.
+
+Compiled functions are cached by a content hash of the generated source, which contains
+the whole optimised graph and (for C) every weight, plus (for NumPy) the weight arrays the
+source refers to: the same graph with the same weights
+is generated and compiled once per process (and once per machine for the ``.so``). Every call
+checks each feed's dtype, rank and sizes *before* any compiled code runs, so a wrong input
+is a Python exception, never a crash inside C.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from reference_impl.graph import (Graph, GraphError, Session, Tensor, common_subexpression_elimination,
+                                  constant_folding, dead_node_removal, optimize)
+
+from .c_codegen import generate_c
+from .freeze import freeze
+from .fusion import elementwise_fusion
+from .numpy_codegen import generate_numpy
+from .simplify import algebraic_simplification
+
+# --8<-- [start:pipeline]
+INFERENCE_PASSES = [
+    ("constant_folding", constant_folding),
+    ("algebraic_simplification", algebraic_simplification),
+    ("common_subexpression_elimination", common_subexpression_elimination),
+    ("dead_code_elimination", dead_node_removal),
+    ("elementwise_fusion", elementwise_fusion),
+]
+
+
+def optimize_for_inference(session: Session, fetches: Sequence[Tensor],
+                           fuse: bool = True) -> tuple[Graph, list[tuple[str, int, int]]]:
+    """The frozen, optimised graph for ``fetches`` and (pass, ops before, ops after) per pass."""
+    keep = sorted({t.op.name for t in fetches})
+    frozen = freeze(session, keep)
+    passes = INFERENCE_PASSES if fuse else INFERENCE_PASSES[:-1]
+    graph, report = optimize(frozen, keep, passes)
+    return graph, [("freeze", len(session.graph), len(frozen))] + report
+# --8<-- [end:pipeline]
+
+
+TARGETS = ("c", "numpy")
+C_FLAGS = ("-O3", "-march=native")
+#: unrolled sparse code is straight-line: -O3's loop optimisations have nothing to do in it and
+#: the compile time of such long functions grows quickly with the optimisation level.
+C_FLAGS_UNROLLED = ("-O1", "-march=native")
+
+_CACHE: dict[str, Any] = {}  # content hash -> the loaded run function
+
+
+class CompiledFunction:
+    """A generated function: call it with the feed arrays in order; it returns the fetched arrays."""
+
+    def __init__(self, target: str, source: str, key: str, run: Any, graph: Graph, feeds: list[Tensor],
+                 fetches: list[Tensor], report: list, formats: dict[str, str], single: bool) -> None:
+        self.target, self.source, self.graph, self.report, self.formats = target, source, graph, report, formats
+        self.key = key
+        self._run, self._single = run, single
+        self.feed_specs = [(t.name, t.shape, np.dtype(t.dtype)) for t in feeds]
+        self.fetch_specs = [(t.name, t.shape, t.dtype) for t in fetches]
+
+    def _check(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], int]:
+        """The feeds as contiguous arrays, and the batch size ``n`` (the unknown dimension)."""
+        if len(arrays) != len(self.feed_specs):
+            raise TypeError(f"expected {len(self.feed_specs)} feed arrays "
+                            f"({', '.join(n for n, _, _ in self.feed_specs)}), got {len(arrays)}")
+        out, n = [], None
+        for a, (name, shape, dtype) in zip(arrays, self.feed_specs):
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a)
+            if a.dtype != dtype:  # a dtype object: comparing names costs microseconds per call
+                raise TypeError(f"feed {name} must be {dtype}, got {a.dtype}")
+            if shape is not None:
+                if a.ndim != len(shape):
+                    raise ValueError(f"feed {name} must have rank {len(shape)} (shape {shape}), got shape {a.shape}")
+                for want, got in zip(shape, a.shape):
+                    if want is None:
+                        if n is not None and got != n:
+                            raise ValueError(f"feed {name} has batch size {got}, another feed has {n}")
+                        n = got
+                    elif want != got:
+                        raise ValueError(f"feed {name} must have shape {shape}, got {a.shape}")
+            out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+        return out, 1 if n is None else n
+
+    def __call__(self, *arrays: Any) -> Any:
+        feeds, n = self._check(arrays)
+        results = self._run(n, feeds)
+        return results[0] if self._single else list(results)
+
+    def __repr__(self) -> str:
+        return f"<CompiledFunction target={self.target} key={self.key[:12]}>"
+
+
+def content_hash(target: str, source: str, constants: dict[str, Any]) -> str:
+    """The cache key: the generated source (C inlines the weights) plus any arrays kept beside it."""
+    h = hashlib.sha256(f"{target}\0{source}".encode())
+    for name in sorted(constants):
+        value = constants[name]
+        if isinstance(value, np.ndarray):
+            h.update(f"\0{name}\0{value.dtype.str}\0{value.shape}\0".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, dict):
+            h.update(f"\0{name}\0{sorted(value.items())!r}".encode())
+    return h.hexdigest()
+
+
+def _numpy_runner(source: str, namespace: dict) -> Any:
+    exec(compile(source, "<jit numpy>", "exec"), namespace)
+    fn = namespace["run"]
+    return lambda n, feeds: fn(*feeds)
+
+
+def _c_runner(source: str, flags: tuple[str, ...], n_feeds: int, fetches: list[Tensor], cache_dir: Any) -> Any:
+    from reference_impl.toolchain import build_shared_library, load_library  # noqa: PLC0415
+
+    lib = load_library(build_shared_library(source, name="jit", flags=flags, cache_dir=cache_dir))
+    fn = lib.graph_main
+    fn.restype = ctypes.c_int
+    shapes = [t.shape for t in fetches]
+    fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (n_feeds + len(fetches))
+
+    def run(n: int, feeds: list[np.ndarray]) -> list[np.ndarray]:
+        outs = [np.empty(tuple(n if d is None else d for d in s), dtype=np.float32) for s in shapes]
+        if fn(n, *[a.__array_interface__["data"][0] for a in feeds + outs]) != 0:
+            raise MemoryError("the compiled graph could not allocate its intermediate buffers")
+        return outs
+
+    run.library = lib  # keeps the library loaded as long as the function lives
+    return run
+
+
+def jit(session: Session, fetches: Any, feeds: Sequence[Tensor], target: str = "c", *,
+        matmul_format: str = "auto", fuse: bool = True, cache_dir: Any = None) -> CompiledFunction:
+    """Compile ``fetches`` of ``session.graph`` with the variables' current values inlined.
+
+    ``fetches`` is a tensor (the call returns one array) or a list of tensors (a list);
+    ``feeds`` the placeholders, in the order the call takes their arrays. ``matmul_format``
+    forces the C kernel form of constant-weight MatMuls (see ``c_codegen``). Raises
+    ``UnsupportedOpError`` (C target, an op it cannot emit), ``ToolchainError`` (no compiler;
+    the NumPy target needs none) or ``GraphError`` (a needed placeholder is not fed).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    single = isinstance(fetches, Tensor)
+    fetch_list = [fetches] if single else list(fetches)
+    for t in list(fetch_list) + list(feeds):
+        if not isinstance(t, Tensor) or t.graph is not session.graph:
+            raise GraphError(f"jit: {t!r} is not a tensor of this session's graph")
+    for t in feeds:
+        if t.op.type != "Placeholder":
+            raise GraphError(f"jit: feeds must be placeholders, {t.name} is a {t.op.type}")
+    graph, report = optimize_for_inference(session, fetch_list, fuse=fuse)
+    feed_names = [t.op.name for t in feeds]
+    fetch_names = [t.name for t in fetch_list]
+    if target == "numpy":
+        source, namespace = generate_numpy(graph, feed_names, fetch_names)
+        formats: dict[str, str] = {}
+    else:
+        from reference_impl.toolchain import default_cache_dir, find_c_compiler  # noqa: PLC0415
+
+        find_c_compiler()  # no compiler: fail now, with the message that suggests target="numpy"
+        cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        source, formats = generate_c(graph, feed_names, fetch_names, matmul_format, blob_dir=cache_dir)
+    key = content_hash(target, source, namespace if target == "numpy" else {})
+    if key not in _CACHE:
+        if target == "numpy":
+            _CACHE[key] = _numpy_runner(source, namespace)
+        else:
+            flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else C_FLAGS
+            _CACHE[key] = _c_runner(source, flags, len(feed_names), [graph.get_tensor_by_name(f) for f in fetch_names],
+                                    cache_dir)
+    return CompiledFunction(target, source, key, _CACHE[key], graph, list(feeds), fetch_list, report, formats, single)

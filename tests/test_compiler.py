@@ -1,0 +1,298 @@
+"""The inference compiler: freezing, each pass on its own, and jit on both targets vs Session."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import reference_impl.graph as G
+from reference_impl.compiler import (UnsupportedOpError, algebraic_simplification, choose_format,
+                                     elementwise_fusion, freeze, jit)
+from reference_impl.toolchain import ToolchainError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _types(graph: G.Graph) -> list[str]:
+    return [op.type for op in graph.operations]
+
+
+def _mlp(widths=(16, 32, 32, 10), seed=0):
+    rng = np.random.default_rng(seed)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, widths[0]), name="x")
+        h = x
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            w = G.Variable((rng.normal(size=(a, b)) / np.sqrt(a)).astype(np.float32), name=f"w{i}")
+            bias = G.Variable(rng.normal(size=b).astype(np.float32) * 0.1, name=f"b{i}")
+            h = G.matmul(h, w) + bias
+            if i < len(widths) - 2:
+                h = G.relu(h)
+        sess = G.Session(g)
+        sess.run(G.global_variables_initializer())
+    return g, sess, x, h
+
+
+# ---------------------------------------------------------------- freezing
+def test_freeze_turns_variables_into_constants_with_current_values():
+    g, sess, x, y = _mlp()
+    with g.as_default():
+        w0 = g.get_tensor_by_name("w0:0")
+        sess.run(G.assign_sub(g.variables[0], 0.5 * np.ones(w0.shape, np.float32)))  # training moved it
+    frozen = freeze(sess, [y.op.name])
+    assert "VariableV2" not in _types(frozen) and "Assign" not in _types(frozen)
+    np.testing.assert_array_equal(frozen.get_operation_by_name("w0").attrs["value"], sess.run(w0))
+    xs = np.random.default_rng(1).normal(size=(3, 16)).astype(np.float32)
+    np.testing.assert_allclose(G.Session(frozen).run(frozen.get_tensor_by_name(y.name), {"x:0": xs}),
+                               sess.run(y, {x: xs}), rtol=1e-6)
+
+
+def test_freeze_refuses_a_training_step():
+    g, sess, x, y = _mlp()
+    with g.as_default():
+        step = G.assign_sub(g.variables[0], g.variables[0])
+    with pytest.raises(G.GraphError, match="AssignSub"):
+        freeze(sess, [step.op.name])
+
+
+# ---------------------------------------------------------------- algebraic simplification
+def test_algebraic_simplification_removes_identities_and_keeps_values():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (4, 3), name="x")
+        one, zero = G.constant(np.ones((4, 3), np.float32)), G.constant(np.float32(0))
+        y = G.identity(G.identity(x * one + zero)) - zero
+        t = G.transpose(G.transpose(-(-y)))               # cancels
+        z = G.transpose(G.transpose(G.reshape(t, (2, 3, 2)), [1, 0, 2]), [0, 2, 1])  # merges into one
+        grow = G.placeholder("float32", (3,), name="v") * one  # broadcasts: must stay
+    out = algebraic_simplification(g, keep=[z.op.name, grow.op.name])
+    # every op on x's path is bypassed; the inner Neg/Transpose stay until dead-code removal
+    zt = out.get_operation_by_name(z.op.name)
+    assert zt.type == "Transpose" and zt.attrs["perm"] == [1, 2, 0]
+    assert zt.inputs[0].op.type == "Reshape" and zt.inputs[0].op.inputs[0].op.name == "x"
+    assert out.get_operation_by_name(grow.op.name).type == "Mul"
+    pruned = G.dead_node_removal(out, [z.op.name])
+    assert _types(pruned) == ["Placeholder", "Reshape", "Transpose"]
+    xs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_array_equal(G.Session(pruned).run(pruned.get_tensor_by_name(z.name), {"x:0": xs}),
+                                  G.Session(g).run(z, {x: xs}))
+
+
+def test_simplified_fetch_stays_fetchable():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (2,), name="x")
+        G.mul(x, 1.0, name="y")
+    out = algebraic_simplification(g, keep=["y"])
+    assert out.get_operation_by_name("y").type == "Identity"
+
+
+# ---------------------------------------------------------------- fusion
+def test_elementwise_fusion_makes_one_op_and_matches():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 5), name="x")
+        b = G.constant(np.arange(5, dtype=np.float32))
+        y = G.sigmoid(G.relu(x + b) * 2.0 - G.exp(x))  # Add, Relu, Mul, Exp, Sub, Sigmoid
+    fused = elementwise_fusion(g, keep=[y.op.name])
+    assert _types(fused).count("FusedElementwise") == 1
+    assert not set(_types(fused)) & {"Add", "Relu", "Mul", "Exp", "Sub", "Sigmoid"}
+    op = fused.get_operation_by_name(y.op.name)
+    assert len(op.attrs["program"]) == 6 and op.outputs[0].shape == (None, 5)
+    xs = np.random.default_rng(0).normal(size=(7, 5)).astype(np.float32)
+    np.testing.assert_allclose(G.Session(fused).run(op.outputs[0], {"x:0": xs}), G.Session(g).run(y, {x: xs}),
+                               rtol=1e-6)
+
+
+def test_fusion_stops_at_a_fetched_or_shared_intermediate():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (3,), name="x")
+        a = G.exp(x)            # two consumers: stays
+        b = G.relu(a + 1.0)     # fetched: stays a separate op
+        y = G.tanh(b) * a
+    fused = elementwise_fusion(g, keep=[y.op.name, b.op.name])
+    assert fused.get_operation_by_name(a.op.name).type == "Exp"
+    assert fused.get_operation_by_name(b.op.name).type == "FusedElementwise"  # Add + Relu
+    assert fused.get_operation_by_name(y.op.name).type == "FusedElementwise"  # Tanh + Mul
+
+
+# ---------------------------------------------------------------- jit
+@pytest.mark.parametrize("target", ["numpy", "c"])
+def test_jit_mlp_matches_session(target):
+    g, sess, x, y = _mlp()
+    f = jit(sess, y, [x], target=target)
+    rng = np.random.default_rng(2)
+    for batch in (1, 5):
+        xs = rng.normal(size=(batch, 16)).astype(np.float32)
+        np.testing.assert_allclose(f(xs), sess.run(y, {x: xs}), rtol=1e-4, atol=1e-5)
+    assert "def run" in f.source if target == "numpy" else "static const float" in f.source
+    assert f.report[0][0] == "freeze" and f.report[-1][0] == "elementwise_fusion"
+    assert f.report[-1][2] < f.report[0][1]  # fewer ops than the training graph
+
+
+def test_jit_reports_op_counts_and_fuses_bias_relu():
+    g, sess, x, y = _mlp()
+    f = jit(sess, y, [x], target="numpy")
+    counts = {name: (before, after) for name, before, after in f.report}
+    assert counts["elementwise_fusion"][1] == counts["elementwise_fusion"][0] - 2  # 2 × (Add+Relu → 1 op)
+    assert _types(f.graph).count("FusedElementwise") == 2 and "VariableV2" not in _types(f.graph)
+
+
+def _random_graph(seed: int):
+    """A random DAG of elementwise ops, matmuls with constant weights and broadcasts."""
+    rng = np.random.default_rng(seed)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 6), name="x")
+        pool = [x]
+        for _ in range(12):
+            a = pool[rng.integers(len(pool))]
+            kind = rng.integers(5)
+            if kind == 0:
+                w = G.Variable(rng.normal(size=(6, 6)).astype(np.float32) * (rng.random((6, 6)) < 0.5))
+                pool.append(G.matmul(a, w))
+            elif kind == 1:
+                pool.append(a + pool[rng.integers(len(pool))])
+            elif kind == 2:
+                pool.append(a * G.constant(rng.normal(size=6).astype(np.float32)))
+            elif kind == 3:
+                pool.append([G.tanh, G.relu, G.sigmoid, G.neg][rng.integers(4)](a))
+            else:
+                pool.append(G.maximum(a, 0.1) - a * 1.0)
+        outs = [pool[-1], pool[len(pool) // 2]]
+        sess = G.Session(g)
+        sess.run(G.global_variables_initializer())
+    return sess, x, outs
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_jit_random_graphs_match_session(seed):
+    sess, x, outs = _random_graph(seed)
+    xs = np.random.default_rng(seed + 10).normal(size=(3, 6)).astype(np.float32)
+    want = sess.run(outs, {x: xs})
+    for target in ("numpy", "c"):
+        got = jit(sess, outs, [x], target=target)(xs)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_c_matmul_forms_agree():
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(40, 30)).astype(np.float32) * (rng.random((40, 30)) < 0.1)
+    w[:, 4] = 0  # an output with no weights at all
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 40), name="x")
+        y = G.matmul(x, G.constant(w))
+    sess = G.Session(g)
+    xs = rng.normal(size=(4, 40)).astype(np.float32)
+    assert choose_format(w) == "unrolled" and choose_format(np.ones((4, 4))) == "dense"
+    assert choose_format(np.eye(300, dtype=np.float32)) == "unrolled"
+    for form in ("dense", "unrolled", "csr"):
+        f = jit(sess, y, [x], target="c", matmul_format=form)
+        assert list(f.formats.values()) == [form]
+        for batch in (xs, xs[:1]):  # a batch and one row take different loops
+            np.testing.assert_allclose(f(batch), batch @ w, rtol=1e-5, atol=1e-5)
+    unrolled = jit(sess, y, [x], target="c", matmul_format="unrolled").source
+    k = int(np.flatnonzero(w[:, 0])[0])
+    assert f"xr[{k}]*" in unrolled and "const float W_0" not in unrolled  # immediates, no array
+
+
+def test_dense_weights_packed_in_panels():
+    rng = np.random.default_rng(10)
+    w = rng.normal(size=(70, 128)).astype(np.float32)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 70), name="x")
+        y = G.matmul(x, G.constant(w))
+    f = jit(G.Session(g), y, [x], target="c")
+    assert f.formats == {y.op.name: "dense"} and "float acc[64]" in f.source
+    for batch in (1, 3):
+        xs = rng.normal(size=(batch, 70)).astype(np.float32)
+        np.testing.assert_allclose(f(xs), xs @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_large_arrays_are_embedded_from_a_file(monkeypatch, tmp_path):
+    from reference_impl.compiler import c_codegen
+    monkeypatch.setattr(c_codegen, "INLINE_MAX", 100)
+    rng = np.random.default_rng(9)
+    w = rng.normal(size=(40, 30)).astype(np.float32)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 40), name="x")
+        y = G.matmul(x, G.constant(w))
+    f = jit(G.Session(g), y, [x], target="c", cache_dir=tmp_path)
+    assert ".incbin" in f.source and list(tmp_path.glob("blob-*.bin"))
+    xs = rng.normal(size=(3, 40)).astype(np.float32)
+    np.testing.assert_allclose(f(xs), xs @ w, rtol=1e-5, atol=1e-5)
+
+
+def test_jit_cache_by_content():
+    g, sess, x, y = _mlp(seed=5)
+    f1, f2 = jit(sess, y, [x], target="c"), jit(sess, y, [x], target="c")
+    assert f1.key == f2.key and f1._run is f2._run
+    with g.as_default():
+        sess.run(G.assign_add(g.variables[1], np.ones(32, np.float32)))
+    f3 = jit(sess, y, [x], target="c")
+    assert f3.key != f1.key
+    _, other, x2, y2 = _mlp(seed=8)  # same structure, other weights: NumPy source is equal, key is not
+    assert jit(other, y2, [x2], target="numpy").key != jit(sess, y, [x], target="numpy").key
+    xs = np.ones((1, 16), np.float32)
+    np.testing.assert_allclose(f3(xs), sess.run(y, {x: xs}), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target", ["numpy", "c"])
+def test_bad_feeds_raise_before_running(target):
+    g, sess, x, y = _mlp(seed=6)
+    f = jit(sess, y, [x], target=target)
+    with pytest.raises(ValueError, match=r"feed x:0 must have shape \(None, 16\)"):
+        f(np.ones((2, 15), np.float32))
+    with pytest.raises(ValueError, match="rank 2"):
+        f(np.ones(16, np.float32))
+    with pytest.raises(TypeError, match="must be float32, got float64"):
+        f(np.ones((2, 16)))
+    with pytest.raises(TypeError, match="expected 1 feed arrays"):
+        f()
+    np.testing.assert_allclose(f(np.ones((2, 32), np.float32)[:, ::2]), sess.run(y, {x: np.ones((2, 16))}),
+                               rtol=1e-5, atol=1e-5)  # a strided view is copied, not misread
+
+
+def test_unsupported_op_names_the_op_and_numpy_target_runs_it():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 4), name="x")
+        y = G.reduce_sum(G.exp(x), axis=1, name="total")
+    sess = G.Session(g)
+    with pytest.raises(UnsupportedOpError, match=r"Sum op 'total'.*target='numpy'"):
+        jit(sess, y, [x], target="c")
+    xs = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(jit(sess, y, [x], target="numpy")(xs), sess.run(y, {x: xs}))
+
+
+def test_unfed_placeholder_is_an_error():
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 4), name="x")
+        z = G.placeholder("float32", (None, 4), name="z")
+        y = x + z
+    with pytest.raises(G.GraphError, match="'z'"):
+        jit(G.Session(g), y, [x], target="c")
+
+
+def test_missing_compiler_suggests_numpy(monkeypatch, tmp_path):
+    g, sess, x, y = _mlp(widths=(3, 2), seed=7)
+    monkeypatch.setenv("CC", "no-such-compiler-xyz")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ToolchainError, match="NumPy target"):
+        jit(sess, y, [x], target="c", cache_dir=tmp_path)
+    assert jit(sess, y, [x], target="numpy")(np.ones((1, 3), np.float32)).shape == (1, 2)
+
+
+def test_committed_example_matches_the_generator():
+    from pathlib import Path
+
+    from reference_impl.compiler.example import OUT, example_source
+    root = Path(__file__).resolve().parents[1]
+    assert (root / OUT).read_text(encoding="utf-8") == example_source(), \
+        "regenerate it: python -m reference_impl.compiler.example"

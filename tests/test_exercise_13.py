@@ -1,0 +1,75 @@
+"""Exercise 13 (a code generator for a dense layer with inlined weights), graded end to end.
+
+The hidden tests compile the learner's C with the system compiler inside the grader's
+sandbox, so these runs also check that the toolchain works there.
+
+* the source notebook (with its solution) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cell filled in from the source scores full marks;
+* a generator that writes every weight, zeros included, gets partial marks: its layers compute
+  the right values, the sparsity test fails;
+* in process: the source's generated layer, compiled, equals ``x @ W + b``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing,
+)
+
+ASSIGNMENT = "13_codegen"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "codegen.ipynb"
+MAX_SCORE = 6.0
+SOLUTION_CELLS = ("generate_layer",)
+
+pytestmark = pytest.mark.timeout(300)
+
+WITH_ZEROS = replacing("for k in np.flatnonzero(w[:, j])]", "for k in range(k_in)]")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"with_zeros": edit_cell(source, "generate_layer", WITH_ZEROS)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader13"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 3 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "np.flatnonzero(w[:, j])"):
+        assert secret not in runs["released_text"], f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    assert_full_marks(runs["released_solved"], MAX_SCORE)
+
+
+def test_writing_zero_weights_gets_partial_marks(runs):
+    result = runs["with_zeros"]
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id != "hidden_sparsity"), (test_id, test["hint"])
+    assert "expected one x[...] term per non-zero weight" in tests["hidden_sparsity"]["hint"]
+
+
+def test_source_generator_compiles_and_matches_numpy_in_process():
+    ns = notebook_namespace(read_nb(SOURCE), upto="generate_layer")
+    rng = np.random.default_rng(13)
+    w = (rng.normal(size=(7, 5)) * (rng.random((7, 5)) < 0.4)).astype(np.float32)
+    b = rng.normal(size=5).astype(np.float32)
+    f = ns["compile_layer"](ns["generate_layer"](w, b, "inproc"), "inproc")
+    x = rng.normal(size=7).astype(np.float32)
+    np.testing.assert_allclose(f(x, 5), x @ w + b, rtol=1e-5, atol=1e-6)

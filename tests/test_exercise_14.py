@@ -1,0 +1,80 @@
+"""Exercise 14 (a constant-folding pass), graded end to end with ``python -m grader``.
+
+* the source notebook (with its solution) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cell filled in from the source scores full marks;
+* deciding foldability on the *old* graph's inputs (so chains do not fold in one sweep) gets
+  partial marks: the rules test passes, the example and random-graph tests fail;
+* in process: the source's pass agrees with ``reference_impl.graph.constant_folding``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing,
+)
+
+ASSIGNMENT = "14_constant_folding"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "constant_folding.ipynb"
+MAX_SCORE = 7.0
+SOLUTION_CELLS = ("fold_constants",)
+CHAIN_TESTS = {"test_fold_example", "hidden_random_graphs"}
+
+pytestmark = pytest.mark.timeout(300)
+
+OLD_INPUTS = replacing('all(t.op.type == "Const" for t in inputs)', 'all(t.op.type == "Const" for t in op.inputs)')
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"old_inputs": edit_cell(source, "fold_constants", OLD_INPUTS)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader14"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 3 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "_ref_constant_folding", "opdef.kernel("):
+        assert secret not in runs["released_text"], f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    assert_full_marks(runs["released_solved"], MAX_SCORE)
+
+
+def test_folding_on_old_inputs_gets_partial_marks(runs):
+    result = runs["old_inputs"]
+    tests = by_id(result)
+    assert 0 < result["score"] < MAX_SCORE
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in CHAIN_TESTS), (test_id, test["hint"])
+    assert "expected six and seven folded" in tests["test_fold_example"]["hint"]
+
+
+def test_source_pass_matches_reference_in_process():
+    import reference_impl.graph as G
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="fold_constants")
+    rng = np.random.default_rng(14)
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", [None, 3], name="x")
+        w = G.transpose(G.constant(rng.normal(size=(3, 3)).astype(np.float32)) * 2.0) + 1.0
+        y = G.tanh(G.matmul(x, w) * G.constant(np.float32(0.5)), name="y")
+    mine, ref = ns["fold_constants"](g, ["y"]), G.constant_folding(g, ["y"])
+    assert [(op.name, op.type) for op in mine.operations] == [(op.name, op.type) for op in ref.operations]
+    xv = rng.normal(size=(4, 3)).astype(np.float32)
+    np.testing.assert_allclose(G.Session(mine).run(mine.get_tensor_by_name("y:0"), {"x:0": xv}),
+                               G.Session(g).run(y, {x: xv}), rtol=1e-6)

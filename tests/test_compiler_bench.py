@@ -30,7 +30,7 @@ def test_committed_results_come_from_a_full_run():
     sweep = data["sweep"]
     assert sweep["densities"][0] <= 0.01 and sweep["densities"][-1] == 1.0
     for batch, series in sweep["seconds"].items():
-        assert {"dense_blas", "jit_csr", "csr_numpy", "jit_dense"} <= set(series), batch
+        assert {"dense_blas", "jit_csr", "jit_bitmask", "csr_numpy", "jit_dense"} <= set(series), batch
         assert all(len(v) == len(sweep["densities"]) for v in series.values())
     assert set(data["mlp"]["seconds"]) == {"interpreter", "numpy", "jit_numpy", "jit_c", "jit_c_kernel_only",
                                              "int8_numpy", "int8_c"}

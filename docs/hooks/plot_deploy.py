@@ -18,11 +18,11 @@ from plotkit import bad, figure, human_bytes, human_time, machine_line, svg
 
 NAME = "deploy"
 LABELS = {"dense_blas": "dense BLAS (NumPy @)", "csr_scipy": "SciPy CSR", "csr_numpy": "our NumPy CSR", "bsr_numpy": "our NumPy BSR, 4×4 blocks (block-pruned W)",
-          "jit_csr": "JIT: CSR, arrays inlined", "jit_dense": "JIT: dense C loop",
+          "jit_csr": "JIT: CSR, arrays inlined", "jit_bitmask": "JIT: 16-bit masks + packed weights (AVX-512 expand)", "jit_dense": "JIT: dense C loop",
           "interpreter": "graph interpreter", "jit_c_kernel_only": "JIT → C, the library call alone", "numpy": "hand-written NumPy", "jit_numpy": "JIT → NumPy source",
           "jit_c": "JIT → C, weights inlined", "int8_numpy": "int8, NumPy", "int8_c": "int8, C"}
 STYLE = {"dense_blas": ("C0", "-"), "csr_scipy": ("C1", "--"), "csr_numpy": ("C2", ":"), "bsr_numpy": ("C8", ":"), "jit_csr": ("C3", "-"),
-         "jit_dense": ("C4", "-.")}
+         "jit_dense": ("C4", "-."), "jit_bitmask": ("C5", "-")}
 
 
 def _check(path: Path, data: dict[str, Any]) -> None:
@@ -83,7 +83,7 @@ def _mlp_figure(data: dict[str, Any], machine: str) -> bytes:
 def _compile_figure(data: dict[str, Any], machine: str) -> bytes:
     rows = data["sweep"]["compile"]
     fig, ax = figure(f"Measured on {machine}")
-    for i, form in enumerate(("unrolled", "csr", "dense")):
+    for i, form in enumerate(("unrolled", "csr", "dense", "bitmask")):
         pts = sorted((r["nnz"], r.get("compiler_cpu_s", r["seconds"])) for r in rows if r["form"] == form)
         if pts:
             ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=f"{form}: compiler CPU time")
@@ -92,7 +92,7 @@ def _compile_figure(data: dict[str, Any], machine: str) -> bytes:
     ax.set_xlabel("non-zero weights (log scale)")
     ax.set_ylabel("seconds (log scale)")
     ax2 = ax.twinx()
-    for i, form in enumerate(("unrolled", "csr", "dense")):
+    for i, form in enumerate(("unrolled", "csr", "dense", "bitmask")):
         pts = sorted((r["nnz"], r["so_bytes"] / 1024) for r in rows if r["form"] == form)
         if pts:
             ax2.plot(*zip(*pts), marker="s", ls="--", color=f"C{i}", alpha=0.5, label=f"{form}: library size")

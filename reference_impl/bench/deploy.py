@@ -11,7 +11,7 @@ Times are the best of ``--repeats`` batches of calls (see ``per_call``).
 * ``sweep``: ``x @ W`` for a 1024×1024 ``W`` at densities 1–100 %, batch 1 and 64: dense BLAS
   (NumPy's ``@``), our NumPy CSR kernel, our NumPy BSR kernel on a 4×4-block-pruned ``W`` of
   the same density (structured vs unstructured), SciPy's CSR kernel, and the JIT's sparse kernels
-  (CSR with inlined arrays at every density; unrolled code with the weights as immediates
+  (CSR with inlined arrays and the 16-bit-mask form at every density; unrolled code with the weights as immediates
   where the non-zeros are few enough to compile quickly); the crossover density of each
   against dense BLAS;
 * ``compile``: code-generation + compile time and library size against the number of non-zeros;
@@ -178,10 +178,12 @@ def bench_sweep(repeats: int, cache_dir: Path, densities: tuple, unrolled_nnz: t
         w_blocks = _sparse_weight(1.0) * block_mask(_sparse_weight(1.0), 1 - d, (4, 4))
         bsr = BSR.from_dense(np.ascontiguousarray(w_blocks.T), (4, 4))
         f_csr, info = _jit_layer(w, "csr", cache_dir)
-        compiles.append(info)
+        f_bitmask, info_bitmask = _jit_layer(w, "bitmask", cache_dir)
+        compiles += [info, info_bitmask]
         for b in BATCHES:
             x, xt = xs[b], np.ascontiguousarray(xs[b].T)
-            impls: dict[str, Callable[[], Any]] = {"dense_blas": lambda: x @ w, "jit_csr": lambda: f_csr(x)}
+            impls: dict[str, Callable[[], Any]] = {"dense_blas": lambda: x @ w, "jit_csr": lambda: f_csr(x),
+                                                 "jit_bitmask": lambda: f_bitmask(x)}
             if ours.nnz * b <= 16_000_000:  # ours materialise nnz × batch products
                 impls["csr_numpy"] = lambda: ours.matmul(xt)
                 impls["bsr_numpy"] = lambda: bsr.matmul(xt)
@@ -282,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
+    from reference_impl.compiler.jit import C_FLAGS, C_FLAGS_UNROLLED
     if args.repeats < 1 or args.epochs < 1 or args.blas_threads < 0:
         parser.error("need --repeats >= 1, --epochs >= 1 and --blas-threads >= 0")
     want = str(args.blas_threads)
@@ -305,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "deploy",
         "machine": machine_info(mpi_library="not used (single process)"),
         "settings": {"repeats": args.repeats, "quick": args.quick, "blas_threads": args.blas_threads or "library default",
-                     "c_flags": "-O3 -march=native (unrolled kernels: -O1)", "dtype": "float32"},
+                     "c_flags": " ".join(C_FLAGS) + f" (unrolled kernels: {' '.join(C_FLAGS_UNROLLED)})", "dtype": "float32"},
         "mlp": mlp, "sweep": sweep, "roofline": roof, "accuracy": accuracy,
         "total_seconds": time.perf_counter() - t_start,
     }

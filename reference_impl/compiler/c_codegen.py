@@ -19,7 +19,18 @@ three forms (``matmul_format``; ``"auto"`` picks by density and size, see ``choo
   ``y[3] = x[0]*0.25f + x[17]*-1.5f + ...``; no index arrays are read, the zeros cost nothing;
 * ``csr``: the non-zeros of ``Wᵀ`` as inlined ``static const`` value/index arrays (compressed
   sparse rows, one row per output), for matrices whose unrolled code would be too big to
-  compile quickly.
+  compile quickly;
+* ``bitmask``: ``Wᵀ`` cut into runs of 16 inputs, each run stored as a 16-bit mask of which
+  weights are non-zero plus those weights packed: one 2-byte mask replaces up to 16 indices.
+  With AVX-512 one instruction (``vexpandps``) spreads the packed weights of a run back into
+  their 16 lanes and one multiply-add applies them to 16 contiguous inputs, so the work per
+  run is the same at any density and no index gathers happen; without AVX-512 the same data
+  drive a portable loop over the set bits. ``auto`` prefers it to ``csr`` above
+  ``BITMASK_ABOVE`` density on a CPU with AVX-512 (the benchmark measures both). It reads the
+  weights once per input row, so at large batches CSR's batch loop (or dense BLAS) is faster.
+
+``dense`` with fewer than ``PANEL`` outputs (a classifier's last layer) stores ``Wᵀ`` so that
+each output is one contiguous dot product, summed in 16 independent lanes.
 """
 from __future__ import annotations
 
@@ -44,10 +55,29 @@ UNROLL_MAX_NNZ = 4_096
 INLINE_MAX = 65_536
 #: width of the packed panels of a dense weight matrix (outputs whose sums stay in registers)
 PANEL = 64
+#: independent sets of panel sums (rows of a panel dealt round-robin): a multiply-add takes
+#: several cycles to produce its result, so one set would make each wait for the previous one
+KSPLIT = 4
 #: outputs per function in unrolled code (the compiler's time grows faster than linearly with
 #: the size of one function).
 UNROLL_CHUNK = 32
-FORMATS = ("auto", "dense", "unrolled", "csr")
+#: inputs per mask of the bitmask form (one AVX-512 register of float32)
+RUN = 16
+#: ``auto`` uses the bitmask form (with AVX-512) above this density: its work per run of 16
+#: inputs is the same at any density, so CSR, whose work is per non-zero, wins on sparser
+#: matrices (the deploy benchmark's sweep shows where the two cross at batch 1).
+BITMASK_ABOVE = 0.15
+FORMATS = ("auto", "dense", "unrolled", "csr", "bitmask")
+
+
+def host_has_avx512() -> bool:
+    """Whether this (Linux) machine's CPU reports AVX-512F, the instructions the fast path of the
+    ``bitmask`` form is written with; False where it cannot tell."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and " avx512f" in line for line in f)
+    except OSError:
+        return False
 
 
 class UnsupportedOpError(GraphError):
@@ -63,7 +93,9 @@ def choose_format(w: np.ndarray, matmul_format: str = "auto") -> str:
     nnz = int(np.count_nonzero(w))
     if nnz > DENSE_ABOVE * w.size:
         return "dense"
-    return "unrolled" if nnz <= UNROLL_MAX_NNZ else "csr"
+    if nnz <= UNROLL_MAX_NNZ:
+        return "unrolled"
+    return "bitmask" if nnz > BITMASK_ABOVE * w.size and host_has_avx512() else "csr"
 
 
 def c_float(v: float) -> str:
@@ -75,6 +107,19 @@ def c_float(v: float) -> str:
 
 
 _NUMPY_TYPES = {"float": np.float32, "int32_t": np.int32, "uint16_t": np.uint16}
+
+
+def bitmask_pack(wt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(masks, values) of the ``bitmask`` form of ``wt`` (outputs × inputs): ``masks[j, c]`` has
+    bit ``b`` set when ``wt[j, RUN*c + b]`` is non-zero, and ``values`` holds those weights in
+    the order the kernel reads them (output by output, run by run, bit by bit)."""
+    rows, k = wt.shape
+    runs = -(-k // RUN)
+    padded = np.zeros((rows, runs * RUN), np.float32)
+    padded[:, :k] = wt
+    bits = (padded != 0).reshape(rows, runs, RUN)
+    masks = (bits.astype(np.uint32) << np.arange(RUN, dtype=np.uint32)).sum(axis=2).astype(np.uint16)
+    return masks, padded[padded != 0]
 
 
 def _array(name: str, values: np.ndarray, ctype: str = "float", blob_dir: Path | None = None) -> str:
@@ -120,6 +165,7 @@ class _Emitter:
         self.buffers: list[tuple[str, str]] = []  # (name, element count expression)
         self.names: dict[Tensor, str] = {}
         self.formats: dict[str, str] = {}  # MatMul op name -> kernel form chosen
+        self.intrinsics = False  # a bitmask kernel needs <immintrin.h>
         self.consts: dict[str, np.ndarray] = {}  # emitted only when read (a weight packed by a
         # MatMul is not also stored unpacked)
 
@@ -206,6 +252,18 @@ class _Emitter:
                 self.formats[op.name] = "dense"
                 self._dense_panels(w, x, y, m, kdim, ncols)
                 return
+            if form == "dense" and ncols < PANEL:  # Wᵀ: each output one contiguous dot product
+                self.globals.append(_array(w, wv.T, blob_dir=self.blob_dir))
+                self.formats[op.name] = "dense"
+                self._dense_dots(w, x, y, m, kdim, ncols)
+                return
+            if form == "bitmask":
+                masks, vals = bitmask_pack(wv.T)
+                self.globals += [_array(f"{w}_val", vals, blob_dir=self.blob_dir),
+                                 _array(f"{w}_mask", masks, "uint16_t", blob_dir=self.blob_dir)]
+                self.formats[op.name] = "bitmask"
+                self._bitmask(w, x, y, m, kdim, ncols, masks.shape[1])
+                return
             if form == "dense":  # row-major K×N: the inner loop reads W[k, :] contiguously
                 self.globals.append(_array(w, wv, blob_dir=self.blob_dir))
             elif form == "csr":
@@ -272,22 +330,89 @@ class _Emitter:
     def _dense_panels(self, w: str, x: str, y: str, m: str, kdim: int, ncols: int) -> None:
         """``y = x @ W`` with W pre-packed as ``ncols / PANEL`` panels of K×PANEL, each contiguous.
 
-        For one panel the loop keeps PANEL running sums (a few vector registers) and streams the
-        panel once: one load and one multiply-add per weight, no reloading and storing of the
-        output row for every k as the plain row-major loop does."""
+        For one panel the loop keeps running sums in registers and streams the panel once: one
+        load and one multiply-add per weight, no reloading and storing of the output row for
+        every k as the plain row-major loop does. ``KSPLIT`` sets of PANEL sums take the rows
+        k ≡ 0, 1, 2, 3 (mod 4) of the panel, so consecutive multiply-adds never wait for each
+        other's result; the sets are added at the end."""
+        body = kdim - kdim % KSPLIT
+        total = " + ".join(f"acc[{u}][jj]" for u in range(KSPLIT))
         self.body += [
             f"    for (int64_t i = 0; i < {m}; i++) {{",
             f"        const float *restrict xr = {x} + i*{kdim};",
             f"        float *restrict yr = {y} + i*{ncols};",
             f"        for (int64_t jb = 0; jb < {ncols // PANEL}; jb++) {{",
-            f"            float acc[{PANEL}] = {{0.0f}};",
+            f"            float acc[{KSPLIT}][{PANEL}] = {{{{0.0f}}}};",
             f"            const float *restrict wp = {w} + jb*{kdim * PANEL};",
-            f"            for (int64_t k = 0; k < {kdim}; k++) {{",
-            "                const float xk = xr[k];",
-            f"                for (int64_t jj = 0; jj < {PANEL}; jj++) acc[jj] += xk * wp[k*{PANEL} + jj];",
-            "            }",
-            f"            for (int64_t jj = 0; jj < {PANEL}; jj++) yr[jb*{PANEL} + jj] = acc[jj];",
+            f"            for (int64_t k = 0; k < {body}; k += {KSPLIT})",
+            f"                for (int64_t u = 0; u < {KSPLIT}; u++)",
+            f"                    for (int64_t jj = 0; jj < {PANEL}; jj++) acc[u][jj] += xr[k + u] * wp[(k + u)*{PANEL} + jj];",
+        ] + ([f"            for (int64_t k = {body}; k < {kdim}; k++)",
+              f"                for (int64_t jj = 0; jj < {PANEL}; jj++) acc[0][jj] += xr[k] * wp[k*{PANEL} + jj];"]
+             if kdim % KSPLIT else []) + [
+            f"            for (int64_t jj = 0; jj < {PANEL}; jj++) yr[jb*{PANEL} + jj] = {total};",
             "        }",
+            "    }",
+        ]
+
+    def _dense_dots(self, w: str, x: str, y: str, m: str, kdim: int, ncols: int) -> None:
+        """``y = x @ W`` for a narrow W stored as ``Wᵀ``: output ``j`` is the dot product of the
+        input row with row ``j`` of ``Wᵀ``, both contiguous. Sixteen partial sums (lane ``u`` adds
+        the products at ``k ≡ u`` mod 16) are independent, so the compiler keeps them in one
+        vector register without reordering any float addition."""
+        body = kdim - kdim % RUN
+        self.body += [
+            f"    for (int64_t i = 0; i < {m}; i++) {{",
+            f"        const float *restrict xr = {x} + i*{kdim};",
+            f"        for (int64_t j = 0; j < {ncols}; j++) {{",
+            f"            const float *restrict wj = {w} + j*{kdim};",
+            "            float s = 0.0f;",
+        ] + ([
+            f"            float acc[{RUN}] = {{0.0f}};",
+            f"            for (int64_t k = 0; k < {body}; k += {RUN})",
+            f"                for (int64_t u = 0; u < {RUN}; u++) acc[u] += xr[k + u] * wj[k + u];",
+            f"            for (int64_t u = 0; u < {RUN}; u++) s += acc[u];",
+        ] if body else []) + ([f"            for (int64_t k = {body}; k < {kdim}; k++) s += xr[k] * wj[k];"]
+                              if kdim % RUN else []) + [
+            f"            {y}[i*{ncols} + j] = s;",
+            "        }",
+            "    }",
+        ]
+
+    def _bitmask(self, w: str, x: str, y: str, m: str, kdim: int, ncols: int, runs: int) -> None:
+        """``y = x @ W`` from the 16-bit masks and packed non-zeros of ``Wᵀ`` (``bitmask_pack``).
+
+        AVX-512: per run, ``vexpandps`` loads the run's packed weights into the lanes its mask
+        selects (zeros elsewhere), a masked load reads the 16 inputs (masked lanes are not read,
+        so the last, partial run cannot overrun ``x``), one multiply-add; two accumulators
+        alternate runs so that consecutive multiply-adds do not wait for each other."""
+        self.intrinsics = True
+        pairs = runs - runs % 2
+        run = (lambda c, a: f"{a} = _mm512_fmadd_ps(_mm512_maskz_expandloadu_ps(mk[{c}], v), "
+               f"_mm512_maskz_loadu_ps(mk[{c}], xr + {RUN}*({c})), {a}); v += __builtin_popcount(mk[{c}]);")
+        self.body += [
+            f"    for (int64_t i = 0; i < {m}; i++) {{",
+            f"        const float *restrict xr = {x} + i*{kdim};",
+            f"        const float *restrict v = {w}_val;",
+            f"        const uint16_t *restrict mk = {w}_mask;",
+            "#if defined(__AVX512F__)",
+            f"        for (int64_t j = 0; j < {ncols}; j++, mk += {runs}) {{",
+            "            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();",
+            f"            for (int64_t c = 0; c < {pairs}; c += 2) {{",
+            f"                {run('c', 'a0')}",
+            f"                {run('c + 1', 'a1')}",
+            "            }",
+        ] + ([f"            {run(runs - 1, 'a0')}"] if runs % 2 else []) + [
+            f"            {y}[i*{ncols} + j] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));",
+            "        }",
+            "#else  /* portable: visit the set bits of each mask */",
+            f"        for (int64_t j = 0; j < {ncols}; j++, mk += {runs}) {{",
+            "            float s = 0.0f;",
+            f"            for (int64_t c = 0; c < {runs}; c++)",
+            f"                for (unsigned b = mk[c]; b; b &= b - 1) s += *v++ * xr[{RUN}*c + __builtin_ctz(b)];",
+            f"            {y}[i*{ncols} + j] = s;",
+            "        }",
+            "#endif",
             "    }",
         ]
 
@@ -343,6 +468,8 @@ class _Emitter:
                   f"sizeof(float) * ({self.numel(self.graph.get_tensor_by_name(f))}));"
                   for i, f in enumerate(self.fetches)]
         lines = ["#include <math.h>", "#include <stdint.h>", "#include <stdlib.h>", "#include <string.h>", ""]
+        if self.intrinsics:
+            lines[-1:] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif", ""]
         lines += self.globals + [""] + self.helpers + ["", f"int graph_main({', '.join(params)}) {{"]
         for name, size in self.buffers:
             lines.append(f"    float *{name} = malloc(sizeof(float) * ({size}) + 1);")

@@ -4,8 +4,8 @@
 #include <string.h>
 
 static const float W_0[12] = {
-    5.0e-01f, -1.0e+00f, 2.5e-01f, 1.5e+00f, 0.0e+00f, -7.5e-01f, -5.0e-01f, 2.0e+00f,
-    1.0e+00f, 1.25e-01f, -2.5e-01f, 5.0e-01f
+    5.0e-01f, 1.5e+00f, -5.0e-01f, 1.25e-01f, -1.0e+00f, 0.0e+00f, 2.0e+00f, -2.5e-01f,
+    2.5e-01f, -7.5e-01f, 1.0e+00f, 5.0e-01f
 };
 static const float c2[3] = {
     1.0e-01f, -2.0e-01f, 3.0e-01f
@@ -33,12 +33,11 @@ int graph_main(int64_t n, const float *restrict x0, float *restrict y0) {
     /* MatMul (MatMul) */
     for (int64_t i = 0; i < n; i++) {
         const float *restrict xr = x0 + i*4;
-        float *restrict yr = t4 + i*3;
-        for (int64_t j = 0; j < 3; j++) yr[j] = 0.0f;
-        for (int64_t k = 0; k < 4; k++) {
-            const float xk = xr[k];
-            const float *restrict wk = W_0 + k*3;
-            for (int64_t j = 0; j < 3; j++) yr[j] += xk * wk[j];
+        for (int64_t j = 0; j < 3; j++) {
+            const float *restrict wj = W_0 + j*4;
+            float s = 0.0f;
+            for (int64_t k = 0; k < 4; k++) s += xr[k] * wj[k];
+            t4[i*3 + j] = s;
         }
     }
     /* Relu (FusedElementwise) */

@@ -87,3 +87,20 @@ def test_indicator_column_is_one_hot():
 def test_collision_rate_follows_the_birthday_formula(n, buckets):
     expected = 1 - (1 - 1 / buckets) ** (n - 1)  # P(another of the n-1 values lands in my bucket)
     assert abs(fc.collision_rate(n, buckets) - expected) < 0.03
+
+
+def test_cross_hash_is_ordered_unsigned_and_rejects_bad_columns():
+    a, b = np.array([3, 5, 7, -1]), np.array([5, 3, 7, 2**62])
+    h = fc.cross_hash([a, b])
+    assert h.dtype == np.int64 and h[0] != h[1] and h[2] != 0
+    # uint64 input is the same 64 bits as its int64 view
+    np.testing.assert_array_equal(fc.cross_hash([a.view(np.uint64), b]), h)
+    # unsigned reduction: a negative hash gets the bucket of its unsigned value, as Python ints compute it
+    buckets = fc.hash_to_bucket(h, 1_000_003)
+    assert buckets.tolist() == [(int(v) % 2**64) % 1_000_003 for v in h]
+    with pytest.raises(ValueError, match="at least two columns"):
+        fc.cross_hash([a])
+    with pytest.raises(ValueError, match="column 1 has 3 rows"):
+        fc.cross_hash([a, b[:3]])
+    with pytest.raises(ValueError, match="column 0 must be a 1-D integer array, got float64"):
+        fc.cross_hash([a.astype(float), b])

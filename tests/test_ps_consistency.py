@@ -90,3 +90,45 @@ def test_easgd_centre_moves_only_through_the_elastic_force():
 def test_unknown_model_is_named():
     with pytest.raises(ValueError, match="unknown consistency model 'bogus'"):
         simulate("bogus", small_problem())
+
+
+def test_bsp_with_a_3x_straggler_reaches_the_same_loss_in_about_3x_the_time():
+    # Every BSP round waits for the slowest worker, so a persistent 3x straggler stretches
+    # each round 3x but leaves the arithmetic (and the loss after k rounds) alone: the same
+    # target is reached, ~3x later. (The committed benchmark once set a target that BSP with
+    # a straggler could not reach within its horizon; this pins what the figure must show.)
+    free = simulate("bsp", small_problem(), n_workers=4, horizon=60, straggler=None, seed=1)
+    slow = simulate("bsp", small_problem(), n_workers=4, horizon=180, straggler=0, slowdown=3.0, seed=1)
+    k = min(len(slow.losses), len(free.losses))
+    assert k > 50
+    np.testing.assert_allclose(slow.losses[:k], free.losses[:k], rtol=0, atol=1e-12)
+    target = free.mean_loss(10, 20)
+    t_free, t_slow = free.time_to(target), slow.time_to(target)
+    assert t_free < 20 and t_slow < 180
+    assert 2.6 < t_slow / t_free < 3.2
+
+
+@pytest.mark.parametrize("model", ["bsp", "asp", "ssp", "backup", "easgd"])
+def test_every_model_reaches_a_reachable_target_despite_a_straggler(model):
+    free = simulate("bsp", small_problem(), n_workers=4, horizon=60, straggler=None, seed=2)
+    target = free.mean_loss(6, 12)
+    run = simulate(model, small_problem(), n_workers=4, horizon=240, straggler=0, slowdown=3.0, seed=2)
+    assert run.time_to(target) < 240, f"{model} never reached {target:.4f}; best {min(run.losses):.4f}"
+
+
+def test_easgd_exchange_follows_the_published_elastic_update():
+    # One worker, tau = 1: per step x <- x - lr g(x), then d = alpha (x - c); x <- x - d; c <- c + d
+    # (Zhang, Choromanska and LeCun 2015, asynchronous EASGD). Replay it by hand with the same
+    # gradient stream and compare the centre's loss after every exchange.
+    lr, alpha = 0.5, 0.3
+    run = simulate("easgd", small_problem(), n_workers=1, horizon=10, straggler=None, lr=lr, alpha=alpha, tau=1)
+    replay = small_problem()
+    x, c = replay.init(), replay.init()
+    losses = [replay.test_loss(c)]
+    assert len(run.losses) > 8
+    for _ in range(len(run.losses) - 1):
+        x = x - lr * replay.grad(x)
+        d = alpha * (x - c)
+        x, c = x - d, c + d
+        losses.append(replay.test_loss(c))
+    np.testing.assert_allclose(run.losses, losses, rtol=0, atol=1e-12)

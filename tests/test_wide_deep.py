@@ -154,7 +154,7 @@ def test_wide_deep_on_servers_and_mirrored_follows_one_process(rng):
 def test_the_command_trains_each_strategy_to_the_same_model(capsys):
     import json
 
-    from reference_impl.models.__main__ import main
+    from reference_impl.train.__main__ import main
 
     out = {}
     for strategy in ("local", "ps", "allreduce"):
@@ -166,3 +166,23 @@ def test_the_command_trains_each_strategy_to_the_same_model(capsys):
     assert out["ps"]["train_examples"] == 1000 and out["ps"]["test_examples"] == 14684
     with pytest.raises(SystemExit):
         main(["wide_deep", "--strategy", "gossip"])
+
+
+def test_the_command_runs_modes_the_servers_lack_on_the_simulator_and_says_so(capsys):
+    import json
+
+    from reference_impl.ps.consistency import HashedLogReg, simulate
+    from reference_impl.train.__main__ import main
+
+    assert main(["wide_deep", "--strategy", "ps", "--workers", "3", "--consistency", "backup", "--horizon", "20",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["engine"] == "simulator" and "not implemented on the real parameter servers" in out["note"]
+    run = simulate("backup", HashedLogReg(seed=0), n_workers=3, horizon=20, straggler=0, slowdown=3.0, backups=1)
+    assert out["logloss"] == run.losses[-1] and out["dropped_gradients"] == run.dropped > 0
+    assert main(["wide_deep", "--strategy", "ps", "--consistency", "ssp", "--horizon", "5"]) == 0
+    assert capsys.readouterr().out.startswith("NOTE: consistency 'ssp' is not implemented")
+    with pytest.raises(SystemExit):
+        main(["wide_deep", "--strategy", "allreduce", "--consistency", "asp"])
+    assert "needs --strategy ps" in capsys.readouterr().err
+

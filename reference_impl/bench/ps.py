@@ -18,6 +18,8 @@
   loss curves, time to a target test log-loss, and staleness histograms;
 * ``collisions``: the measured fraction of distinct values that share a hash bucket
   with another (``categorical_column_with_hash_bucket``), against the birthday formula;
+  ``collisions_by_buckets``: the same against the bucket count, also for a crossed column
+  over every pair of small ids and for a polynomial cross that does not mix;
 * ``wide_deep``: test AUC and log-loss on InstEval of plain logistic regression (one-hot
   base columns), wide-only (with crosses), deep-only and joint Wide & Deep, and the joint
   model again on 2 parameter servers + 2 workers and on 2 mirrored workers (thread
@@ -153,11 +155,14 @@ SCENARIOS = {"persistent": {"straggler": 0, "straggle_prob": 0.0},
 
 def consistency(horizon: float, seeds: int) -> dict[str, Any]:
     """Each model under each straggler scenario. Seed ``s`` draws its own data, so its target
-    is what straggler-free BSP reaches on that seed within 60% of the horizon."""
+    is the level straggler-free BSP's test loss sits at around 15% of the horizon (its mean
+    over 10%..20%, not the luckiest dip of a noisy curve). BSP with a persistent 3x straggler
+    pays 3x per round, so it needs ~45% of the horizon for the same loss: every model has room
+    to get there, and the time it takes is the measurement."""
     make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)  # noqa: E731
     out: dict[str, Any] = {"horizon": horizon, "seeds": seeds, "workers": 4, "slowdown": 3.0, "scenarios": {}}
     refs = [simulate("bsp", make(s), horizon=horizon, straggler=None, seed=s) for s in range(seeds)]
-    targets = [min(l for t, l in zip(r.times, r.losses) if t <= 0.6 * horizon) for r in refs]  # per seed
+    targets = [r.mean_loss(0.10 * horizon, 0.20 * horizon) for r in refs]  # per seed
     out["target_logloss"] = float(np.mean(targets))
     out["target_logloss_per_seed"] = targets
     out["bayes_logloss"] = make(0).bayes
@@ -244,6 +249,29 @@ def collisions(buckets: int = 100_000) -> list[dict[str, Any]]:
     return out
 
 
+def _shared_fraction(buckets: np.ndarray) -> float:
+    """Fraction of entries (distinct values) whose bucket holds another entry too."""
+    _, inverse, counts = np.unique(buckets, return_inverse=True, return_counts=True)
+    return float(np.mean(counts[inverse] > 1))
+
+
+def collisions_by_buckets(side: int = 100) -> list[dict[str, Any]]:
+    """Collision rate against the bucket count m, for n = side**2 distinct values: random ids
+    through a hash-bucket column, and every (i, j) pair of ids below ``side`` through a crossed
+    column (the structured input a weak cross would cluster), against the birthday formula and
+    against a polynomial cross ``(31 i + j) mod m`` that does not mix its inputs."""
+    n = side * side
+    grid = np.stack(np.meshgrid(np.arange(side), np.arange(side), indexing="ij"), -1).reshape(-1, 2)
+    cross = fc.cross_hash([grid[:, 0], grid[:, 1]])
+    out = []
+    for m in (2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000):
+        out.append({"values": n, "buckets": m, "hash_bucket_measured": fc.collision_rate(n, m),
+                    "crossed_pairs_measured": _shared_fraction(fc.hash_to_bucket(cross, m)),
+                    "polynomial_cross_measured": _shared_fraction((31 * grid[:, 0] + grid[:, 1]) % m),
+                    "birthday_formula": 1 - (1 - 1 / m) ** (n - 1)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m reference_impl.bench ps", description=__doc__.splitlines()[0])
@@ -258,10 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     print("consistency ...", flush=True)
     con = consistency(40.0 if q else 300.0, 1 if q else 3)
     col = collisions()
+    col_m = collisions_by_buckets()
     print("wide & deep ...", flush=True)
     wd = wide_deep(1 if q else 3)
     document = {"benchmark": "ps", "machine": machine_info(mpi_library="not used (thread ranks)"),
                 "settings": {"quick": q}, "throughput": thr, "traffic": tra, "consistency": con, "collisions": col,
+                "collisions_by_buckets": col_m,
                 "wide_deep": wd}
     write_json(args.out, document)
     print(f"wrote {args.out}")

@@ -239,13 +239,39 @@ class CrossedColumn(CategoricalColumn):
 
     def cross_ids(self, features: dict[str, Any]) -> np.ndarray:
         """The unreduced 64-bit id of each combination (order of columns matters)."""
-        h = np.full(len(self.columns[0].ids(features)), _CROSS_SALT, dtype=np.int64)
-        for column in self.columns:
-            h = splitmix64(h ^ column.ids(features)).view(np.int64)
-        return h
+        return cross_hash([column.ids(features) for column in self.columns])
 
     def ids(self, features):
-        return (self.cross_ids(features).view(np.uint64) % np.uint64(self.hash_bucket_size)).astype(np.int64)
+        return hash_to_bucket(self.cross_ids(features), self.hash_bucket_size)
+
+
+# --8<-- [start:cross]
+def cross_hash(id_columns: Sequence[np.ndarray]) -> np.ndarray:
+    """One well-mixed 64-bit id per row for the combination of the columns' ids.
+
+    Chained, not combined symmetrically: ``h <- splitmix64(h ^ ids)`` column by column from
+    a fixed salt, so (a, b) and (b, a) differ, (a, a) is not 0, and every bit of every id
+    reaches every bit of the result.
+    """
+    if len(id_columns) < 2:
+        raise ValueError(f"cross_hash: needs at least two columns, got {len(id_columns)}")
+    columns = [np.asarray(ids) for ids in id_columns]
+    for i, ids in enumerate(columns):
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"cross_hash: column {i} must be a 1-D integer array, got {ids.dtype} {ids.shape}")
+        if len(ids) != len(columns[0]):
+            raise ValueError(f"cross_hash: column {i} has {len(ids)} rows, column 0 has {len(columns[0])}")
+    h = np.full(len(columns[0]), _CROSS_SALT, dtype=np.int64)
+    for ids in columns:
+        ids = ids.view(np.int64) if ids.dtype == np.uint64 else ids.astype(np.int64)  # same 64 bits
+        h = splitmix64(h ^ ids).view(np.int64)
+    return h
+
+
+def hash_to_bucket(hashes: np.ndarray, num_buckets: int) -> np.ndarray:
+    """Bucket ``hash mod num_buckets``, taking the 64 bits as *unsigned* (so never negative)."""
+    return (np.asarray(hashes).view(np.uint64) % np.uint64(num_buckets)).astype(np.int64)
+# --8<-- [end:cross]
 
 
 @dataclass(frozen=True)

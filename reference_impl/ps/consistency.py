@@ -16,8 +16,8 @@ measured without the noise of a shared machine:
   (the linear scaling rule: ``n`` times the rate for an ``n`` times larger batch);
 * **asp**: each push is applied the moment it arrives; nobody waits;
 * **ssp**: as asp, but a worker may start a step only while ``SSPClock`` allows it;
-* **backup**: ``n + b`` workers start each step; the first ``n`` gradients are averaged
-  and applied and the ``b`` latecomers are dropped (Chen et al., "Revisiting
+* **backup**: ``n + b`` workers start each step; the first ``n`` gradients are summed
+  and applied as in BSP and the ``b`` latecomers are dropped (Chen et al., "Revisiting
   distributed synchronous SGD", 2016);
 * **easgd**: every worker trains its own copy and every ``tau`` local steps moves it and
   the centre copy towards each other by ``alpha`` of their difference (Zhang, Choromanska
@@ -54,6 +54,7 @@ class HashedLogReg:
         self.test_x = self._buckets(test_ids)
         self.bayes = self.log.bayes_logloss(test_ids, self.test_y)
         self.rng = np.random.default_rng(seed + 2)
+        self.gradients_computed = 0
 
     def _buckets(self, ids: np.ndarray) -> np.ndarray:
         return (splitmix64(ids) % np.uint64(self.n_buckets)).astype(np.int64)
@@ -63,6 +64,7 @@ class HashedLogReg:
 
     def grad(self, w: np.ndarray) -> np.ndarray:
         """The mean log-loss gradient on a fresh random batch."""
+        self.gradients_computed += 1
         rows = self.rng.integers(0, len(self.y), self.batch)
         x, y = self.x[rows], self.y[rows]
         g_logit = 1 / (1 + np.exp(-(w[x].sum(1) + w[-1]))) - y
@@ -71,8 +73,12 @@ class HashedLogReg:
         g[-1] = g_logit.mean()
         return g
 
+    def test_scores(self, w: np.ndarray) -> np.ndarray:
+        """The model's logits on the test set."""
+        return w[self.test_x].sum(1) + w[-1]
+
     def test_loss(self, w: np.ndarray) -> float:
-        return logloss(w[self.test_x].sum(1) + w[-1], self.test_y)
+        return logloss(self.test_scores(w), self.test_y)
 
 
 @dataclass
@@ -86,6 +92,7 @@ class Run:
     reads: list[tuple[int, int, int]] = field(default_factory=list)  # (worker, its clock, slowest clock)
     used: list[list[int]] = field(default_factory=list)  # backup: workers whose gradients were applied
     dropped: int = 0
+    final_weights: np.ndarray | None = None  # the parameters the losses were last measured on
 
     def record(self, t: float, loss: float) -> None:
         self.times.append(t)
@@ -97,6 +104,14 @@ class Run:
             if loss <= target:
                 return t
         return math.inf
+
+    def mean_loss(self, start: float, end: float) -> float:
+        """Mean test loss recorded between simulated times ``start`` and ``end``: a level the
+        curve sits at, not its luckiest dip, so a slower run of the same training reaches it."""
+        window = [loss for t, loss in zip(self.times, self.losses) if start <= t <= end]
+        if not window:
+            raise ValueError(f"Run.mean_loss: {self.model} recorded no loss between t={start} and t={end}")
+        return float(np.mean(window))
 
 
 def step_times(rng: np.random.Generator, n: int, straggler: int | None, slowdown: float,
@@ -136,6 +151,7 @@ def simulate(model: str, problem: HashedLogReg, n_workers: int = 4, horizon: flo
             run.dropped += total - n_workers
             run.staleness.extend([0] * n_workers)
             run.record(t, problem.test_loss(w))
+        run.final_weights = w
         return run
     if model == "easgd":
         return _easgd(problem, run, w, rng, n_workers, horizon, lr, straggler, slowdown,
@@ -172,6 +188,7 @@ def _async(problem, run, w, rng, n, horizon, lr, straggler, slowdown, straggle_p
             if clock.can_read(i):
                 waiting.remove(i)
                 start(i, now)
+    run.final_weights = w
     return run
 
 
@@ -193,4 +210,5 @@ def _easgd(problem, run, center, rng, n, horizon, lr, straggler, slowdown, strag
             center += diff
             run.record(now, problem.test_loss(center))
         heapq.heappush(events, (now + float(step_times(rng, n, straggler, slowdown, straggle_prob)[i]), i))
+    run.final_weights = center
     return run

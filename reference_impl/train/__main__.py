@@ -1,8 +1,9 @@
-"""``python -m reference_impl.models wide_deep``: train Wide & Deep on InstEval with a strategy.
+"""``python -m reference_impl.train wide_deep``: train Wide & Deep on InstEval with a strategy.
 
-    python -m reference_impl.models wide_deep --strategy local
-    python -m reference_impl.models wide_deep --strategy ps --servers 2 --workers 2 --consistency bsp
-    python -m reference_impl.models wide_deep --strategy allreduce --workers 2 --json
+    python -m reference_impl.train wide_deep --strategy local
+    python -m reference_impl.train wide_deep --strategy ps --servers 2 --workers 2 --consistency bsp
+    python -m reference_impl.train wide_deep --strategy allreduce --workers 2 --json
+    python -m reference_impl.train wide_deep --strategy ps --workers 4 --consistency ssp --staleness 4
 
 ``local`` trains in this process; ``ps`` puts every sparse table on ``--servers`` server
 ranks and all-reduces the MLP among ``--workers`` workers (``--consistency bsp``: servers
@@ -10,8 +11,13 @@ aggregate each round then apply; ``asp``: servers apply each push on arrival); `
 is the mirrored strategy (full replicas, sparse gradients all-gathered, dense all-reduced).
 Ranks are threads of this process. It prints test AUC and log-loss, training throughput,
 and the bytes the ranks sent (counted by ``CountingCommunicator``); ``--json`` prints one
-JSON object instead. SSP, backup workers and EASGD are measured in the consistency
-simulator (``python -m reference_impl.bench ps``), not here.
+JSON object instead.
+
+The real servers implement BSP and ASP only. ``--consistency ssp|backup|easgd`` therefore
+runs the *consistency simulator* (``reference_impl.ps.consistency``: hashed logistic
+regression on the synthetic click log, ``--workers`` simulated workers, a simulated clock,
+worker 0 ``--slowdown`` times slower) and says so in its output (``"engine": "simulator"``
+in the JSON): it never quietly trains something other than what was asked for.
 """
 from __future__ import annotations
 
@@ -22,12 +28,15 @@ import time
 from typing import Any
 
 from ..comm import CountingCommunicator, run_threads
+from ..models.insteval import insteval_columns, load_insteval, train_test_split
+from ..models.strategies import mirrored_rank, ps_rank
+from ..models.wide_deep import WideDeep, auc, fit
 from ..ps import FTRL, ClusterSpec
-from .insteval import insteval_columns, load_insteval, train_test_split
-from .strategies import mirrored_rank, ps_rank
-from .wide_deep import WideDeep, fit
+from ..ps.consistency import MODELS, HashedLogReg, simulate
 
 STRATEGIES = ("local", "ps", "allreduce")
+ON_REAL_SERVERS = ("bsp", "asp")
+SIMULATED = tuple(m for m in MODELS if m not in ON_REAL_SERVERS)
 
 
 def run(strategy: str, workers: int, servers: int, consistency: str, epochs: int, batch: int,
@@ -66,7 +75,7 @@ def run(strategy: str, workers: int, servers: int, consistency: str, epochs: int
         metrics = ranks[0]
     seconds = time.perf_counter() - t0
     bar.close()
-    return {"strategy": strategy, "workers": 1 if strategy == "local" else workers,
+    return {"strategy": strategy, "engine": "threads", "workers": 1 if strategy == "local" else workers,
             "servers": servers if strategy == "ps" else 0,
             "consistency": consistency if strategy == "ps" else "bsp", "epochs": epochs, "batch": batch,
             "train_examples": len(ytr), "test_examples": len(yte), "auc": metrics["auc"],
@@ -74,14 +83,44 @@ def run(strategy: str, workers: int, servers: int, consistency: str, epochs: int
             "examples_per_s": epochs * len(ytr) / seconds, "bytes_sent": sum(c.bytes_sent for c in counters)}
 
 
+def run_simulated(consistency: str, workers: int, horizon: float, slowdown: float, staleness: int,
+                  backups: int) -> dict[str, Any]:
+    """Run ``consistency`` on the consistency simulator; the result names the engine and model."""
+    problem = HashedLogReg(seed=0)
+    t0 = time.perf_counter()  # well under a second: no progress bar
+    result = simulate(consistency, problem, n_workers=workers, horizon=horizon,
+                      straggler=0 if slowdown != 1.0 else None, slowdown=slowdown,
+                      staleness=staleness, backups=backups)
+    seconds = time.perf_counter() - t0
+    scores = problem.test_scores(result.final_weights)
+    return {"strategy": "ps", "engine": "simulator",
+            "note": (f"consistency '{consistency}' is not implemented on the real parameter servers; this ran the "
+                     "consistency simulator (hashed logistic regression on the synthetic click log, simulated "
+                     "clock, free communication), not Wide & Deep on InstEval"),
+            "workers": workers, "servers": 0, "consistency": consistency, "slowdown_worker0": slowdown,
+            "staleness": staleness if consistency == "ssp" else None,
+            "backups": backups if consistency == "backup" else None, "horizon": horizon,
+            "updates_applied": len(result.losses) - 1 if consistency != "easgd" else None,
+            "dropped_gradients": result.dropped, "train_examples": len(problem.y),
+            "test_examples": len(problem.test_y), "auc": auc(scores, problem.test_y),
+            "logloss": result.losses[-1], "seconds": seconds,
+            "examples_per_simulated_unit": problem.gradients_computed * problem.batch / horizon, "bytes_sent": 0}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.models", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m reference_impl.train", description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=["wide_deep"])
     parser.add_argument("--strategy", choices=STRATEGIES, default="local")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--servers", type=int, default=2, help="server ranks (ps only)")
-    parser.add_argument("--consistency", choices=("bsp", "asp"), default="bsp", help="ps only")
+    parser.add_argument("--consistency", choices=MODELS, default="bsp",
+                        help=f"ps only; {', '.join(SIMULATED)} run on the consistency simulator")
+    parser.add_argument("--staleness", type=int, default=4, help="SSP bound s (simulated ssp only)")
+    parser.add_argument("--backups", type=int, default=1, help="backup workers b (simulated backup only)")
+    parser.add_argument("--slowdown", type=float, default=3.0,
+                        help="worker 0 is this many times slower (simulated modes only; 1 = no straggler)")
+    parser.add_argument("--horizon", type=float, default=200.0, help="simulated time units (simulated modes only)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--limit", type=int, default=None, help="train on the first N training examples")
@@ -91,6 +130,22 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --workers >= 1, --servers >= 1, --epochs >= 1 and --batch >= --workers")
     if args.limit is not None and args.limit < args.batch:
         parser.error("--limit must be at least --batch")
+    if args.consistency != "bsp" and args.strategy != "ps":
+        parser.error(f"--consistency {args.consistency} needs --strategy ps ({args.strategy} is always synchronous)")
+    if args.consistency in SIMULATED:
+        if args.staleness < 0 or args.backups < 0 or args.slowdown < 1.0 or args.horizon <= 0:
+            parser.error("need --staleness >= 0, --backups >= 0, --slowdown >= 1 and --horizon > 0")
+        result = run_simulated(args.consistency, args.workers, args.horizon, args.slowdown, args.staleness,
+                               args.backups)
+        if args.json:
+            print(json.dumps(result))
+        else:
+            print(f"NOTE: {result['note']}.")
+            print(f"ps/{result['consistency']} (simulated): test AUC {result['auc']:.4f}, "
+                  f"log-loss {result['logloss']:.4f}, {result['examples_per_simulated_unit']:.0f} examples per "
+                  f"simulated time unit, {result['dropped_gradients']} gradients dropped, bytes not modelled "
+                  f"({result['workers']} workers, worker 0 {result['slowdown_worker0']:g}x slower)")
+        return 0
     result = run(args.strategy, args.workers, args.servers, args.consistency, args.epochs, args.batch,
                  args.limit, show_progress=not args.json)
     if args.json:

@@ -1,0 +1,99 @@
+"""Exercise 15 (an SSP clock that enforces the staleness bound), graded end to end with
+``python -m grader``.
+
+What is checked, with the grader runs started together once:
+
+* the source notebook (with its solutions) scores full marks;
+* the released notebook scores 0, and grading it completes;
+* the released notebook with the solution cells filled in from the source scores full marks;
+* a clock whose timeout names the waiting worker instead of the slow one gets partial marks:
+  the rule and the threads pass, the two tests of the error message fail;
+* in process (no grader): an off-by-one bound (``<`` for ``<=``) and a ``wait_to_read`` that
+  returns the wrong clock lose exactly the tests they should, and the source notebook's
+  clock agrees with ``reference_impl.ps.ssp_clock.SSPClock`` on a random schedule.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from notebook_tools import (
+    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+)
+
+ASSIGNMENT = "15_ssp_clock"
+SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "ssp_clock.ipynb"
+MAX_SCORE = 8.0
+SOLUTION_CELLS = ("clock",)
+TESTS = {"test_example", "hidden_rule", "hidden_threads", "hidden_fail_fast"}
+
+pytestmark = pytest.mark.timeout(300)
+
+NAMES_ITSELF = replacing("slow = min(range(len(self.clocks)), key=self.clocks.__getitem__)", "slow = worker")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    source = read_nb(SOURCE)
+    wrong = {"names_itself": edit_cell(source, "clock", NAMES_ITSELF)}
+    results = grade_assignment(tmp_path_factory.mktemp("grader15"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+    results["released_text"] = results["released_path"].read_text(encoding="utf-8")
+    return results
+
+
+def test_source_notebook_scores_full_marks(runs):
+    result = runs["source"]
+    assert result["assignment"] == ASSIGNMENT
+    assert_full_marks(result, MAX_SCORE)
+    assert len(result["tests"]) == 4 and result["tampered"] == [] and result["cell_errors"] == []
+
+
+def test_released_notebook_scores_zero_without_crashing(runs):
+    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "notify_all()", "_RefClock"):
+        assert secret not in runs["released_text"], f"{secret!r} leaked into the release"
+
+
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    result = runs["released_solved"]
+    assert_full_marks(result, MAX_SCORE)
+    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 3
+
+
+def test_naming_the_wrong_worker_gets_partial_marks(runs):
+    result = runs["names_itself"]
+    tests = by_id(result)
+    assert result["score"] == 5.0
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id in {"hidden_rule", "hidden_threads"}), (test_id, test["hint"])
+    assert "must name worker" in tests["hidden_fail_fast"]["hint"]
+
+
+@pytest.mark.parametrize("edit, failing", [
+    (replacing("<= self.staleness  # noqa", "< self.staleness  # noqa"), TESTS),
+    (replacing("            return min(self.clocks)\n", "            return 0\n"),
+     {"test_example", "hidden_rule", "hidden_fail_fast"}),
+], ids=["strict_bound", "wrong_return"])
+def test_plausible_wrong_clocks_lose_the_right_tests_in_process(edit, failing):
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "clock", edit))
+    assert set(outcome) == TESTS
+    assert {t for t, error in outcome.items() if error} == failing, outcome
+
+
+def test_source_clock_matches_the_reference_in_process():
+    from reference_impl.ps.ssp_clock import SSPClock
+
+    ns = notebook_namespace(read_nb(SOURCE), upto="clock")
+    rng = np.random.default_rng(15)
+    mine, ref = ns["SSPClock"](5, 2), SSPClock(5, 2)
+    for worker in rng.integers(0, 5, 60):
+        mine.tick(int(worker))
+        ref.tick(int(worker))
+        assert mine.clocks == ref.clocks and mine.slowest() == ref.slowest()
+        for reader in range(5):
+            if ref.can_read(reader):
+                assert mine.wait_to_read(reader, 0.01) == ref.wait_to_read(reader, 0.01)
+            else:
+                with pytest.raises(TimeoutError, match=f"worker {ref.clocks.index(ref.slowest())}"):
+                    mine.wait_to_read(reader, 0.002)

@@ -164,15 +164,16 @@ def grade_assignment(work: Path, source_path: Path, assignment: str, solution_ce
                      wrong: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Grade an assignment's standard cases at once, each a parallel ``grader check --json``.
 
-    Cases: ``source`` (the notebook with its solutions), every notebook of ``wrong`` (name ->
-    notebook), ``released`` (the learner version from ``grader release``) and
-    ``released_solved`` (that version with the ``solution_cells`` filled in from the source,
-    so its hidden tests can only come from the gradebook). Returns each case's JSON result,
-    and ``released_path``, the released notebook.
+    Cases: every notebook of ``wrong`` (name -> notebook), ``released`` (the learner version
+    from ``grader release``) and ``released_solved`` (that version with the ``solution_cells``
+    filled in from the source, so its hidden tests can only come from the gradebook). The
+    source notebook itself is not graded: autograde puts back the same locked and test cells
+    from the gradebook, so it would run exactly what ``released_solved`` runs. Returns each
+    case's JSON result, and ``released_path``, the released notebook.
     """
     source = read_nb(source_path)
     release = start_release(work, work / "release")
-    started = {"source": start_check(work, "source", source_path)}
+    started = {}
     for name, nb in wrong.items():
         started[name] = start_check(work, name, write_nb(work / name / source_path.name, nb))
     release.wait().ok()
@@ -195,6 +196,18 @@ def assert_full_marks(result: dict[str, Any], max_score: float) -> None:
     """Every test passed, and the score is the assignment's maximum."""
     assert result["max_score"] == max_score
     assert result["score"] == max_score, f"failed tests: {failed_tests(result)}"
+
+
+def assert_solved(result: dict[str, Any], assignment: str, max_score: float, *, tests: int,
+                  hidden: int | None = None) -> None:
+    """A notebook with every solution in place: its assignment, full marks, ``tests`` tests
+    (``hidden`` of them hidden), no tampered cell and no error outside the tests."""
+    assert result["assignment"] == assignment
+    assert_full_marks(result, max_score)
+    assert len(result["tests"]) == tests, [t["id"] for t in result["tests"]]
+    if hidden is not None:
+        assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == hidden
+    assert result["tampered"] == [] and result["cell_errors"] == []
 
 
 def assert_unimplemented_scores_zero(result: dict[str, Any], max_score: float) -> None:

@@ -2,7 +2,6 @@
 
 Through ``python -m grader`` (the slow runs start together, once, in the module fixture):
 
-* the source notebook (with its solutions) scores full marks;
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cells filled in from the source scores full
   marks (so the hidden tests come from the gradebook, not from the learner's file);
@@ -23,7 +22,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
     grade_assignment, notebook_namespace, read_nb, run_cells, source_of,
 )
 
@@ -77,23 +76,15 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     return results
 
 
-def test_source_notebook_scores_full_marks(runs):
-    result = runs["source"]
-    assert result["assignment"] == ASSIGNMENT and result["max_score"] == MAX_SCORE
-    assert_full_marks(result, MAX_SCORE)
-    assert len(result["tests"]) == 10 and result["cell_errors"] == [] and result["tampered"] == []
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    """The learner's path: the released notebook (no hidden tests in it) with the solution
+    cells filled in scores full marks, so every hidden test came back from the gradebook."""
+    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=10, hidden=6)
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
     assert_unimplemented_scores_zero(result, MAX_SCORE)
-
-
-def test_released_notebook_with_the_solutions_filled_in_scores_full_marks(runs):
-    result = runs["released_solved"]
-    assert_full_marks(result, MAX_SCORE)
-    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 6
-    assert result["tampered"] == []
 
 
 def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):

@@ -2,7 +2,6 @@
 
 What is checked, with the grader runs started together once (as in tests/test_grader.py):
 
-* the source notebook (with its solutions) scores full marks;
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cells filled in from the source scores full marks
   (so the hidden tests come from the gradebook, not from the learner's file);
@@ -18,7 +17,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
@@ -48,11 +47,10 @@ def runs(tmp_path_factory):
     return results
 
 
-def test_source_notebook_scores_full_marks(runs):
-    result = runs["source"]
-    assert result["assignment"] == ASSIGNMENT
-    assert_full_marks(result, MAX_SCORE)
-    assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    """The learner's path: the released notebook (no hidden tests in it) with the solution
+    cells filled in scores full marks, so every hidden test came back from the gradebook."""
+    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=4)
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
@@ -61,12 +59,6 @@ def test_released_notebook_scores_zero_without_crashing(runs):
     text = runs["released_text"]
     for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "def _random_graph", "sum_to(g * b, a)"):
         assert secret not in text, f"{secret!r} leaked into the release"
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    result = runs["released_solved"]
-    assert_full_marks(result, MAX_SCORE)
-    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 4
 
 
 def test_overwriting_instead_of_summing_gets_partial_marks(runs):

@@ -1,6 +1,5 @@
 """Exercise 08 (magnitude pruning and CSR), graded end to end with ``python -m grader``.
 
-* the source notebook (with its solutions) scores full marks;
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cells filled in from the source scores full marks;
 * pruning by signed value instead of magnitude gets partial marks: the CSR tests pass, the
@@ -13,7 +12,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_full_marks, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
@@ -37,23 +36,16 @@ def runs(tmp_path_factory):
     return results
 
 
-def test_source_notebook_scores_full_marks(runs):
-    result = runs["source"]
-    assert result["assignment"] == ASSIGNMENT
-    assert_full_marks(result, MAX_SCORE)
-    assert len(result["tests"]) == 6 and result["tampered"] == [] and result["cell_errors"] == []
+def test_released_notebook_with_solutions_scores_full_marks(runs):
+    """The learner's path: the released notebook (no hidden tests in it) with the solution
+    cells filled in scores full marks, so every hidden test came back from the gradebook."""
+    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=3)
 
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
     for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", "_ref_magnitude_mask", "np.bincount(row_of"):
         assert secret not in runs["released_text"], f"{secret!r} leaked into the release"
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    result = runs["released_solved"]
-    assert_full_marks(result, MAX_SCORE)
-    assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == 3
 
 
 def test_pruning_by_signed_value_gets_partial_marks(runs):

@@ -17,6 +17,12 @@ The pipeline, all inside a scratch copy of the course (``course.scratch_course``
    was found);
 5. copy the feedback HTML out of the scratch course.
 
+The hidden tests run on the array namespace of ``device`` (``--device cpu|gpu|strict``):
+the kernel gets ``LAB_DEVICE`` from the jail, and an exercise's set-up cell picks its
+namespace with ``reference_impl.backend.get_namespace``. An assignment lists the devices its
+tests support in its source notebook's metadata, ``lab.devices`` (default ``["cpu"]``);
+any other device is refused before grading.
+
 A run stopped by the wall-clock limit still gives a result: every test that did not run
 scores 0 with a hint saying why, and ``error`` says where it stopped.
 """
@@ -51,6 +57,7 @@ from .sandbox import (
 )
 
 STUDENT = "learner"
+DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy", "strict": "array_api_strict"}
 DEFAULT_TIMEOUT = 600.0
 HINT_LIMIT = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -64,11 +71,18 @@ def check_notebook(
     timeout: float = DEFAULT_TIMEOUT,
     cell_timeout: int | None = None,
     memory_mb: int = DEFAULT_MEMORY_MB,
+    device: str = "cpu",
 ) -> GradingResult:
-    """Grade ``notebook``; raises ``course.InputProblem`` for input that cannot be graded."""
+    """Grade ``notebook`` with its tests on ``device``; raises ``course.InputProblem`` for input
+    that cannot be graded (including a device the assignment or this machine cannot use)."""
     content = load_notebook(notebook)
     assignment, nb_name = course.identify(notebook, content)
     _check_cells_belong(notebook, content, course, assignment, nb_name)
+    _check_device(device, assignment, nb_name)
+    if device == "gpu":
+        # CUDA reserves tens of GiB of virtual address space when it starts, so an address-space
+        # limit only stops the kernel from using the GPU; the wall-clock and CPU limits remain.
+        memory_mb = 0
     stem = Path(nb_name).stem
     result = GradingResult(assignment=assignment.name, notebook=str(notebook))
     planned = _planned_tests(assignment, nb_name)
@@ -93,7 +107,7 @@ def check_notebook(
         cpu_s = int(timeout) + 5
         hidden = [course.root, repo_root() / ".git", root] + [
             scratch / name for name in ("jupyter-data", "jupyter-runtime", "jupyter-config", "ipython")]
-        kernel = plan_kernel(scratch, hidden, cpu_s=cpu_s)
+        kernel = plan_kernel(scratch, hidden, cpu_s=cpu_s, device=device)
         network_off = network_isolation_available()
         env = child_environment(scratch, kernel)
         env["LAB_GUARD_TOKEN"] = token  # for grader.steps; the jail does not pass it to the kernel
@@ -101,6 +115,7 @@ def check_notebook(
                             timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, network_off=network_off,
                             kernel_uid=kernel.uid)
         result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, cell_timeout)
+        result.isolation["device"] = f"{device} ({DEVICE_LIBRARIES[device]})"
         record = _read_record(record_file)
         done = set(record.get("completed", []))
 
@@ -152,6 +167,30 @@ def check_notebook(
         for t in result.tests:
             t.hint = why
     return result
+
+
+def supported_devices(assignment: Assignment, nb_name: str) -> list[str]:
+    """The devices the assignment's hidden tests support: its source's ``lab.devices``, else cpu."""
+    lab = load_notebook(assignment.source_dir / nb_name).get("metadata", {}).get("lab", {})
+    devices = lab.get("devices", ["cpu"]) if isinstance(lab, dict) else ["cpu"]
+    return [str(d) for d in devices] if isinstance(devices, list) else ["cpu"]
+
+
+def _check_device(device: str, assignment: Assignment, nb_name: str) -> None:
+    """Refuse a device the assignment's tests do not support, or that this machine lacks."""
+    if device not in DEVICE_LIBRARIES:
+        raise InputProblem(f"--device {device}: unknown device, expected one of {', '.join(DEVICE_LIBRARIES)}")
+    supported = supported_devices(assignment, nb_name)
+    if device not in supported:
+        raise InputProblem(
+            f"--device {device}: assignment {assignment.name} supports only {', '.join(supported)} "
+            f"(its source notebook's lab.devices); grade it with --device {supported[0]}")
+    from reference_impl.backend import BackendUnavailable, get_namespace
+
+    try:
+        get_namespace(device)
+    except (BackendUnavailable, ImportError) as exc:
+        raise InputProblem(f"--device {device} refused: {exc}") from None
 
 
 def _grade_ids(content: dict[str, Any]) -> set[str]:

@@ -15,7 +15,8 @@ CONNECTION_FILE``, and this module, before it replaces itself with the kernel:
   without touching anyone else's processes. Without root (no private user) the limit would
   count all of the learner's own processes, so it is not set, and the report says so;
 * caps CPU time (``RLIMIT_CPU``) on top of the wall-clock and per-cell limits;
-* cleans the environment (only what Python and the kernel need) and starts the kernel in a
+* cleans the environment (only what Python, the kernel and CUDA need, plus ``LAB_DEVICE``,
+  the plan's device, which the exercises' set-up cells read) and starts the kernel in a
   folder of its own, not next to the grader's files;
 * writes what it did enforce to the plan's ``report`` file, which ``check`` shows.
 
@@ -38,7 +39,8 @@ MNT_DETACH = 2
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 0x1000, 0x4000, 1 << 18
 
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE",
-            "PYDEVD_DISABLE_FILE_VALIDATION", "SYSTEMROOT")
+            "PYDEVD_DISABLE_FILE_VALIDATION", "SYSTEMROOT",
+            "CUDA_VISIBLE_DEVICES", "CUDA_PATH", "LD_LIBRARY_PATH")  # the last three: a --device gpu run
 
 
 class JailError(RuntimeError):
@@ -149,7 +151,8 @@ def main(argv: list[str]) -> None:
     env = {k: os.environ[k] for k in KEPT_ENV if k in os.environ}
     env.update(HOME=str(home), IPYTHONDIR=str(home / "ipython"), JUPYTER_RUNTIME_DIR=str(home / "runtime"),
                JUPYTER_CONFIG_DIR=str(home / "config"), JUPYTER_PLATFORM_DIRS="1", TMPDIR=str(home / "tmp"),
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               LAB_DEVICE=str(plan.get("device", "cpu")))  # which array namespace the tests use
     work = home / "work"
     report["cwd"] = str(work)
     with report_file:

@@ -103,7 +103,8 @@ def render_table(result: GradingResult) -> str:
     id_w = max([len("test")] + [len(t.id) for t in result.tests])
     head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  {'time':>7}  status"
     lines = [
-        f"Assignment {result.assignment}: {result.notebook}",
+        f"Assignment {result.assignment}: {result.notebook}"
+        + (f"  (device: {result.isolation['device']})" if "device" in result.isolation else ""),
         "",
         head,
         "-" * len(head),

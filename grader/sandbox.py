@@ -68,6 +68,7 @@ class KernelPlan:
     nproc: int
     cpu_s: int | None
     expose: list[str]  # folders the kernel needs (the repository, for reference_impl)
+    device: str = "cpu"  # the array namespace the tests use, passed to the kernel as LAB_DEVICE
 
 
 def private_uid() -> int:
@@ -76,7 +77,7 @@ def private_uid() -> int:
 
 
 def plan_kernel(scratch: Path, hide: list[Path], *, cpu_s: int | None = None,
-                nproc: int = DEFAULT_NPROC) -> KernelPlan:
+                nproc: int = DEFAULT_NPROC, device: str = "cpu") -> KernelPlan:
     """Make the kernel's home under ``scratch`` and decide its walls (a private user only as root).
 
     The scratch folder becomes traversable by the kernel's user (mode 0711: no listing), its
@@ -92,7 +93,7 @@ def plan_kernel(scratch: Path, hide: list[Path], *, cpu_s: int | None = None,
     if uid is not None:
         os.chmod(scratch, 0o711)
     return KernelPlan(home, scratch / "kernel-isolation.json", uid,
-                      [str(p) for p in hide], nproc, cpu_s, [str(repo_root())])
+                      [str(p) for p in hide], nproc, cpu_s, [str(repo_root())], device)
 
 
 def child_environment(scratch: Path, kernel: KernelPlan | None = None) -> dict[str, str]:

@@ -4,7 +4,7 @@ The grading itself is check.check_notebook's job (tests/test_grader.py); these t
 tiny course of their own (one assignment, a function ``add`` and a ``mul`` with one visible
 and two hidden tests, 1 + 2 + 3 points) so that a grading run costs a few seconds, and check
 what the commands around grading do: the learner's score book and ``list``, the concept
-page line, ``--watch``, ``--device gpu`` without a GPU, and a class of submissions
+page line, ``--watch``, a ``--device`` the assignment does not list, and a class of submissions
 (correct, partial, broken JSON, hanging) through collect, autograde, feedback and export.
 """
 from __future__ import annotations
@@ -153,11 +153,12 @@ def test_a_corrupt_score_book_is_reported_not_overwritten(tiny_course, tmp_path)
     assert (tmp_path / "scores.json").read_text() == "{not json"
 
 
-def test_device_gpu_without_cupy_says_so(tiny_course, tmp_path):
-    nb = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())
+def test_device_the_assignment_does_not_list_is_refused(tiny_course, tmp_path):
+    nb = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())  # no lab.devices: cpu only
     run = start("check", str(nb), "--device", "gpu", cwd=tmp_path, course=tiny_course).wait()
     assert run.returncode == 2
-    assert run.stderr.startswith("grader: --device gpu: CuPy")
+    assert run.stderr == ("grader: --device gpu: assignment 01_tiny supports only cpu "
+                          "(its source notebook's lab.devices); grade it with --device cpu\n")
     assert not (tmp_path / "grader-feedback").exists()  # nothing graded
 
 

@@ -22,11 +22,17 @@ import plot_allreduce
 import plot_alpha_beta
 import plot_cluster
 import plot_collectives
+import plot_custom_ops
+import plot_deploy
 import plot_determinism
+import plot_distributed_session
 import plot_grading
 import plot_graph
 import plot_interconnects
 import plot_overlap
+import plot_pipeline
+import plot_ps
+import plot_training
 import plotkit
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
@@ -36,8 +42,9 @@ log = logging.getLogger("mkdocs.hooks.bench_plots")
 BENCH_URI = "assets/bench"
 PLOTTERS = {
     m.NAME: m.plot
-    for m in (plot_allreduce, plot_alpha_beta, plot_cluster, plot_collectives, plot_determinism,
-              plot_grading, plot_graph, plot_interconnects, plot_overlap)
+    for m in (plot_allreduce, plot_alpha_beta, plot_cluster, plot_collectives, plot_custom_ops, plot_deploy,
+              plot_determinism, plot_distributed_session,
+              plot_grading, plot_graph, plot_interconnects, plot_overlap, plot_pipeline, plot_ps, plot_training)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")

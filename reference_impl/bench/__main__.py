@@ -5,6 +5,12 @@ import sys
 
 from . import allreduce, alpha_beta, cluster, collectives, determinism, interconnects, overlap
 from . import grading, graph
+from . import distributed_session
+from . import pipeline
+from . import custom_ops
+from . import training
+from . import ps
+from . import deploy
 
 BENCHMARKS = {
     "allreduce": allreduce.main,
@@ -14,6 +20,12 @@ BENCHMARKS = {
     "overlap": overlap.main,
     "determinism": determinism.main,
     "graph": graph.main,
+    "distributed_session": distributed_session.main,
+    "pipeline": pipeline.main,
+    "custom_ops": custom_ops.main,
+    "training": training.main,
+    "ps": ps.main,
+    "deploy": deploy.main,
     "grading": grading.main,
     "cluster": cluster.main,  # needs root: it builds a virtual cluster of network namespaces
 }

@@ -1,0 +1,157 @@
+/* Back-of-envelope calculators (docs/calculators/): the formulas of
+ * reference_impl/calculators.py and reference_impl/comm/cost_model.py, in the browser.
+ *
+ * The constants (interconnect profiles with alpha and beta, algorithm names, optimiser
+ * state sizes) are not written here: the build hook docs/hooks/calculators.py puts them in
+ * the page as JSON (<script id="calculator-constants">), from the Python objects.
+ * Every <form data-calculator="..."> is recomputed on each input; each result is written
+ * to an <output name="..."> as text and, unrounded, in its data-value attribute, which the
+ * browser test compares with the Python functions.
+ */
+(function () {
+  "use strict";
+
+  function pow2Below(p) { return Math.pow(2, Math.floor(Math.log2(p))); }
+
+  function fold(n, p, c) {
+    return p === pow2Below(p) ? 0 : 2 * (c.alpha + n * c.beta) + n * c.gamma;
+  }
+
+  // The closed forms of reference_impl/comm/cost_model.py, term for term.
+  var ALLREDUCE = {
+    ring: function (n, p, c) {
+      if (p === 1) return 0;
+      return 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * n * c.beta + (p - 1) / p * n * c.gamma;
+    },
+    recursive_doubling: function (n, p, c) {
+      if (p === 1) return 0;
+      var k = Math.log2(pow2Below(p));
+      return k * (c.alpha + n * c.beta + n * c.gamma) + fold(n, p, c);
+    },
+    rabenseifner: function (n, p, c) {
+      if (p === 1) return 0;
+      var p2 = pow2Below(p), k = Math.log2(p2);
+      return 2 * k * c.alpha + 2 * (p2 - 1) / p2 * n * c.beta + (p2 - 1) / p2 * n * c.gamma + fold(n, p, c);
+    },
+    tree: function (n, p, c) {
+      if (p === 1) return 0;
+      var k = Math.ceil(Math.log2(p));
+      return k * (c.alpha + n * c.beta + n * c.gamma) + k * (c.alpha + n * c.beta);
+    }
+  };
+
+  function psSeconds(n, workers, servers, c) {
+    return 2 * Math.max(workers, servers) * c.alpha + 2 * Math.max(workers / servers, 1) * n * c.beta
+      + workers / servers * n * c.gamma;
+  }
+
+  function seconds(s) {
+    if (s < 1e-3) return (s * 1e6).toPrecision(3) + " µs";
+    if (s < 1) return (s * 1e3).toPrecision(3) + " ms";
+    return s.toPrecision(3) + " s";
+  }
+  function bytes(b) {
+    var units = ["B", "kB", "MB", "GB", "TB"], i = 0;
+    while (b >= 1000 && i < units.length - 1) { b /= 1000; i++; }
+    return (i === 0 ? b.toFixed(0) : b.toPrecision(3)) + " " + units[i];
+  }
+  function percent(f) { return (100 * f).toPrecision(3) + " %"; }
+
+  var CALCULATORS = {
+    "allreduce-time": function (v, k) {
+      var link = k.interconnects[v.interconnect], n = v.megabytes * 1e6, p = Math.round(v.ranks);
+      var best = null, out = {};
+      k.algorithms.forEach(function (a) {  // ties go to the earlier algorithm, as in best_allreduce
+        if (!ALLREDUCE[a]) throw new Error("calculators.js has no formula for the allreduce algorithm " + a
+          + " of reference_impl/comm/cost_model.py: add it to ALLREDUCE");
+        var t = ALLREDUCE[a](n, p, link);
+        out["time_" + a] = [t, seconds];
+        if (best === null || t < best.t) best = { a: a, t: t };
+      });
+      out.seconds = [ALLREDUCE[v.algorithm](n, p, link), seconds];
+      out.best = [best.a, function (a) { return a + " (" + seconds(best.t) + ")"; }];
+      return out;
+    },
+    "ps-vs-allreduce": function (v, k) {
+      var link = k.interconnects[v.interconnect], n = v.megabytes * 1e6;
+      var w = Math.round(v.workers), s = Math.round(v.servers), ringEach = 2 * (w - 1) / w * n;
+      return {
+        ring_seconds: [ALLREDUCE.ring(n, w, link), seconds],
+        ps_seconds: [psSeconds(n, w, s, link), seconds],
+        ring_bytes_per_worker: [ringEach, bytes],
+        ps_bytes_per_worker: [n, bytes],
+        ps_bytes_per_server: [w * n / s, bytes],
+        ring_bytes_total: [ringEach * w, bytes],
+        ps_bytes_total: [2 * w * n, bytes]
+      };
+    },
+    "pipeline-bubble": function (v) {
+      var p = Math.round(v.stages), m = Math.round(v.microbatches);
+      return { fraction: [(p - 1) / (m + p - 1), percent] };
+    },
+    "training-memory": function (v, k) {
+      var n = v.parameters_millions * 1e6, mixed = v.precision === "mixed", b = mixed ? 2 : 4;
+      var parts = {
+        weights: b * n,
+        gradients: b * n,
+        master_weights: mixed ? 4 * n : 0,
+        optimizer_state: 4 * k.optimizer_slots[v.optimizer] * n,
+        activations: b * v.activations_millions * 1e6
+      };
+      var out = {}, total = 0;
+      Object.keys(parts).forEach(function (name) { out[name] = [parts[name], bytes]; total += parts[name]; });
+      out.total = [total, bytes];
+      return out;
+    }
+  };
+
+  function fillSelect(select, names) {
+    if (select.options.length) return;
+    names.forEach(function (name) {
+      var o = document.createElement("option");
+      o.value = o.textContent = name;
+      select.appendChild(o);
+    });
+    if (select.dataset.default) select.value = select.dataset.default;
+  }
+
+  function init() {
+    var node = document.getElementById("calculator-constants");
+    if (!node) return;
+    var k = JSON.parse(node.textContent);
+    document.querySelectorAll("form[data-calculator]").forEach(function (form) {
+      var compute = CALCULATORS[form.dataset.calculator];
+      form.querySelectorAll("select[data-options]").forEach(function (sel) {
+        var source = k[sel.dataset.options];  // a list of names, or a table keyed by name
+        fillSelect(sel, Array.isArray(source) ? source : Object.keys(source));
+      });
+      function update() {
+        var values = {}, ok = true;
+        form.querySelectorAll("input, select").forEach(function (el) {
+          if (el.tagName === "SELECT") { values[el.name] = el.value; return; }
+          var x = Number(el.value), min = Number(el.min || 0);
+          if (el.value === "" || !isFinite(x) || x < min) ok = false;
+          values[el.name] = x;
+        });
+        form.querySelectorAll("output").forEach(function (out) {
+          if (!ok) { out.textContent = "enter valid numbers"; out.dataset.value = ""; }
+        });
+        if (!ok) return;
+        var results = compute(values, k);
+        Object.keys(results).forEach(function (name) {
+          var out = form.querySelector('output[name="' + name + '"]');
+          if (!out) return;
+          out.dataset.value = String(results[name][0]);
+          out.textContent = results[name][1](results[name][0]);
+        });
+      }
+      form.addEventListener("input", update);
+      form.addEventListener("change", update);
+      form.addEventListener("submit", function (e) { e.preventDefault(); });
+      update();
+    });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

@@ -1,0 +1,300 @@
+"""The knowledge base covers the notes: question bank, concept pages and exercises link up.
+
+* Every INVENTORY ID (the committed list ``docs/questions/inventory_ids.txt``, checked
+  against ``../shared/notes/INVENTORY.md`` when that file is present) has a question-bank
+  page with the ID in its heading and anchor, a topic and a level tag, and a non-empty model
+  answer, follow-up questions and a source for every "numbers worth knowing" section.
+* Every Python snippet on a question-bank page runs (the "common wrong answer" evidence).
+* Every concept page names at least one INVENTORY ID and links to an existing exercise
+  section; every exercise notebook's ``lab.concept_page`` names an existing page.
+* Every glossary entry links to a page that exists.
+
+All checks read files only (no site build), so the module runs in a few seconds.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+QUESTIONS = DOCS / "questions"
+IDS_FILE = QUESTIONS / "inventory_ids.txt"
+INVENTORY = ROOT.parent / "shared" / "notes" / "INVENTORY.md"
+ID_PATTERN = re.compile(r"\bN\d{3}-[QC]\d+\b")
+LEVELS = {"basic", "intermediate", "advanced"}
+
+
+def inventory_ids() -> list[str]:
+    lines = IDS_FILE.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def question_page(ident: str) -> Path:
+    return QUESTIONS / f"{ident.lower()}.md"
+
+
+def sections(markdown: str) -> dict[str, str]:
+    """``## Heading`` -> the text under it, up to the next ``##`` heading or admonition."""
+    out: dict[str, str] = {}
+    for match in re.finditer(r"^## (.+?)\n(.*?)(?=^## |^!!! |\Z)", markdown, flags=re.M | re.S):
+        out[match.group(1).strip()] = match.group(2).strip()
+    return out
+
+
+def markdown_links(markdown: str) -> list[str]:
+    return re.findall(r"\]\(([^)\s]+)\)", markdown)
+
+
+def anchors_of(page: Path) -> set[str]:
+    """Heading anchors of a Markdown page: explicit ``{#id}`` ones and toc-style slugs."""
+    found: set[str] = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            continue
+        explicit = re.search(r"\{#([^}\s]+)", line)
+        if explicit:
+            found.add(explicit.group(1))
+        title = re.sub(r"\{.*\}\s*$", "", line.lstrip("#")).strip().lower()
+        found.add(re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title)).strip("-"))
+    return found
+
+
+# --------------------------------------------------------------------------- question bank
+
+
+def test_id_list_matches_the_inventory() -> None:
+    ids = inventory_ids()
+    assert len(ids) == len(set(ids)), "inventory_ids.txt lists an ID twice"
+    assert all(ID_PATTERN.fullmatch(i) for i in ids), [i for i in ids if not ID_PATTERN.fullmatch(i)]
+    if not INVENTORY.is_file():
+        pytest.skip(f"{INVENTORY} is not present (clean clone): checked the committed list only")
+    text = INVENTORY.read_text(encoding="utf-8")
+    listed = []
+    for match in re.finditer(r"^- (N\d{3})-([QC]\d+(?:/[QC]\d+)*)", text, flags=re.M):
+        listed += [f"{match.group(1)}-{part}" for part in match.group(2).split("/")]
+    assert ids == listed, "docs/questions/inventory_ids.txt is out of date with INVENTORY.md"
+
+
+@pytest.mark.parametrize("ident", inventory_ids())
+def test_every_id_has_an_answered_question_page(ident: str) -> None:
+    page = question_page(ident)
+    assert page.is_file(), f"{ident}: no question-bank page {page.relative_to(ROOT)}"
+    text = page.read_text(encoding="utf-8")
+    heading = re.search(r"^# (.+)$", text, flags=re.M)
+    assert heading and heading.group(1).startswith(ident), f"{ident}: the page title must start with the ID"
+    assert f"{{#{ident.lower()}}}" in heading.group(1), f"{ident}: the title needs the anchor #{ident.lower()}"
+
+    front = re.match(r"---\n(.*?)\n---\n", text, flags=re.S)
+    assert front, f"{ident}: no front matter with tags"
+    tags = re.findall(r'^\s+- "([^"]+)"$', front.group(1), flags=re.M)
+    topics = [t for t in tags if t.startswith("topic: ")]
+    levels = [t.removeprefix("level: ") for t in tags if t.startswith("level: ")]
+    assert len(topics) == 1 and len(levels) == 1 and levels[0] in LEVELS, f"{ident}: tags {tags}"
+
+    assert '!!! question "As an interviewer asks it"' in text, f"{ident}: no interviewer's question"
+    parts = sections(text)
+    answer = parts.get("Model answer", "")
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", answer) if len(s.split()) >= 3]
+    assert 2 <= len(sentences) <= 5, f"{ident}: the model answer has {len(sentences)} sentences (want 2 to 5)"
+    assert parts.get("Deeper explanation"), f"{ident}: no deeper explanation"
+    follow = parts.get("Follow-up questions", "")
+    assert follow.count("\n* ") + follow.startswith("* ") >= 2, f"{ident}: fewer than two follow-ups"
+    numbers = parts.get("Numbers worth knowing", "")
+    assert numbers, f"{ident}: no 'Numbers worth knowing' section"
+    for bullet in re.findall(r"^\* (.+?)(?=^\* |\Z)", numbers, flags=re.M | re.S):
+        if re.search(r"\d", bullet):
+            assert re.search(r"docs/assets/bench/\w+\.json|reference_impl/|computed|snippet|formula|numpy\.finfo",
+                             bullet), f"{ident}: a number without a source: {bullet.strip()[:80]}"
+
+
+def test_question_pages_cite_existing_bench_files_and_pages() -> None:
+    for page in sorted(QUESTIONS.glob("n*.md")):
+        text = page.read_text(encoding="utf-8")
+        for cited in re.findall(r"docs/assets/bench/(\w+\.json)", text):
+            assert (DOCS / "assets/bench" / cited).is_file(), f"{page.name} cites a missing {cited}"
+        for cited in re.findall(r"`(reference_impl/[\w/]+\.py)`", text):
+            assert (ROOT / cited).is_file(), f"{page.name} cites a missing {cited}"
+        for link in markdown_links(text):
+            if "://" in link:
+                continue
+            target, _, anchor = link.partition("#")
+            path = (page.parent / target).resolve()
+            assert path.is_file(), f"{page.name} links to a missing page {link}"
+            if anchor and path.suffix == ".md":
+                assert anchor in anchors_of(path), f"{page.name} links to a missing anchor {link}"
+
+
+def _bench(name: str) -> dict:
+    return json.loads((DOCS / "assets" / "bench" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def cited_figures() -> list[tuple[str, str]]:
+    """(page, text it must contain), the text formatted from the committed benchmark results.
+
+    The question bank quotes measured figures; when a benchmark is run again, this says
+    which sentences no longer match the data (update the page, not this list).
+    """
+    ab = _bench("alpha_beta")["fit"]
+    ov = _bench("overlap")
+    fusion = {(r["ranks"], r["impl"], r["bucket_bytes"]): r["time_s"] for r in ov["results"] if r["part"] == "fusion"}
+    unfused, fused = fusion[(4, "ours", 0)], fusion[(4, "ours", 1 << 20)]
+    step = next(r for r in ov["results"] if r["part"] == "overlap" and r["ranks"] == 2 and r["target_ratio"] == 1.0)
+    model = ov["simulation"]["model"]
+    scaling = {(r["interconnect"], r["workers"]): r["efficiency_overlap"] for r in ov["simulation"]["scaling"]}
+    gain = ov["simulation"]["gain"]
+    best_gain = max(gain, key=lambda r: r["gain"])
+    de = _bench("determinism")
+    drift = {r["pair"]: max(r["max_abs_diff"]) for r in de["results"]}
+    order = de["arrival_order"]
+    gr = _bench("graph")
+    ratio, per_op = gr["ratio_to_numpy"], gr["dispatch_overhead_us_per_op"]
+    ar = {(r["ranks"], r["bytes"], r["impl"]): r for r in _bench("allreduce")["results"]}
+    ring64, mpi64 = ar[(2, 64 << 20, "ring")], ar[(2, 64 << 20, "mpi")]
+    ic = {(r["profile"], r["bytes"]): r["time_s"] for r in _bench("interconnects")["results"]
+          if r["kind"] == "model" and r["ranks"] == 8}
+    step_s = model["forward_s"] + model["backward_s"]
+    return [
+        ("n000-q1", f"α ≈ {ab['alpha_s'] * 1e6:.1f} µs per message and ≈ {ab['bandwidth_GBps']:.1f} GB/s"),
+        ("n000-q1", f"n½, is ≈ {ab['n_half_bytes'] / 1e3:.0f} KB"),
+        ("n004-c3", f"was ≈ {ab['n_half_bytes'] / 1e3:.0f} KB"),
+        ("n000-q1", f"took {unfused:.2f} s one tensor at a time and {fused:.3f} s"),
+        ("n000-q1", f"the same bytes, {unfused / fused:.0f}× faster"),
+        ("n000-q4", f"{unfused:.2f} s unfused against {fused:.3f} s in 1 MiB buckets"),
+        ("n004-c3", f"measured at {unfused / fused:.0f}× for 1000 small tensors"),
+        ("n000-q2", f"changed some weight by {drift['staleness 4']:.2f} in absolute value "
+                    f"(largest weight {de['settings']['max_abs_weight']:.2f}); with 1 step of staleness, "
+                    f"{drift['staleness 1']:.2f}"),
+        ("n000-q6", f"(largest difference {drift['rerun']:.1f}); 4-step staleness changed some weight by "
+                    f"{drift['staleness 4']:.2f}"),
+        ("n002-q11", f"1 step of staleness moved some weight by {drift['staleness 1']:.2f} and 4 steps by "
+                     f"{drift['staleness 4']:.2f}"),
+        ("n004-c3", f"Staleness of 4 steps moved some weight by {drift['staleness 4']:.2f}"),
+        ("n004-c4", f"Summing in {order['runs']} different arrival orders on {order['ranks']} ranks gave "
+                    f"{order['distinct_results']} different results, up to "
+                    f"{order['max_abs_diff_vs_rank_order'] * 1e7:.1f} × 10⁻⁷"),
+        ("n000-q3", f"forward {model['forward_s'] * 1e3:.0f} ms + backward {model['backward_s'] * 1e3:.0f} ms"),
+        ("n000-q3", f"1024 / {step_s:.2f} s ≈ {round(1024 / step_s, -2):,.0f}".replace(",", " ")),
+        ("n000-q7", f"falls from {scaling[('10GbE', 2)]:.2f} at 2 workers to {scaling[('10GbE', 16)]:.2f} at 16"),
+        ("n001-q4", f"forward {step['forward_s'] * 1e3:.0f} ms, backward {step['backward_s'] * 1e3:.0f} ms, "
+                    f"update {step['update_s'] * 1e3:.1f} ms, so backward ≈ {step['backward_s'] / step['forward_s']:.1f}× forward"),
+        ("n002-q6", f"Backward ≈ {step['backward_s'] / step['forward_s']:.1f}× forward"),
+        ("n002-q6", f"{step['backward_s'] * 1e3:.0f} ms against {step['forward_s'] * 1e3:.0f} ms"),
+        ("n004-c5", f"(100 MB gradients, {model['forward_s'] * 1e3:.0f} ms forward, {model['backward_s'] * 1e3:.0f} ms backward)"),
+        ("n004-c5", f"by {best_gain['gain']:.2f}× when communication took about as long as the backward pass, "
+                    f"{gain[0]['gain']:.2f}× when it was a fifth of it, and {gain[-1]['gain']:.2f}× when it was "
+                    f"{1 / gain[-1]['backward_ratio']:.0f} times longer"),
+        ("n001-q1", f"took {ratio['graph']:.2f}× the time of hand-written NumPy"),
+        ("n001-q1", f"eager mode took {ratio['eager']:.2f}×"),
+        ("n001-q9", f"ran at {ratio['graph']:.2f}× NumPy's time"),
+        ("n002-q13", f"within {ratio['graph']:.2f}× of hand-written NumPy"),
+        ("n002-q3", f"graph mode {ratio['graph']:.2f}× and eager mode {ratio['eager']:.2f}×"),
+        ("n002-q3", f"≈ {per_op['graph']:.0f} µs (graph) and ≈ {per_op['eager']:.0f} µs (eager)"),
+        ("n001-q10", f"≈ {per_op['graph']:.0f} µs in graph mode and ≈ {per_op['eager']:.0f} µs in eager mode, "
+                     f"against ≈ {gr['numpy_us_per_op']:.1f} µs"),
+        ("n001-q8", f"about {per_op['graph']:.0f} µs per op on a chain of 1000 tiny ops, against "
+                    f"{gr['numpy_us_per_op']:.1f} µs"),
+        ("n003-q5", f"took ≈ {gr['numpy_us_per_op']:.1f} µs per op, while the Python-level graph executor added "
+                    f"≈ {per_op['graph']:.0f} µs"),
+        ("n004-c1", f"our ring took {ring64['time_s'] * 1e3:.1f} ms (bus bandwidth {ring64['busbw_GBps']:.1f} GB/s), "
+                    f"the MPI library's allreduce {mpi64['time_s'] * 1e3:.1f} ms"),
+        ("n004-c2", f"4 KiB takes {ic[('10GbE', 4096)] * 1e6:.0f} µs on 10 GbE and {ic[('100GbE', 4096)] * 1e6:.0f} µs "
+                    f"on 100 GbE"),
+        ("n004-c2", f"but {ic[('IB-NDR', 4096)] * 1e6:.0f} µs on InfiniBand NDR; 1 GiB takes "
+                    f"{ic[('10GbE', 1 << 30)]:.2f} s on 10 GbE, {ic[('100GbE', 1 << 30)]:.2f} s on 100 GbE and "
+                    f"{ic[('IB-NDR', 1 << 30)]:.3f} s on NDR"),
+    ]
+
+
+def test_cited_figures_match_the_committed_results() -> None:
+    stale = []
+    for page, text in cited_figures():
+        body = " ".join((QUESTIONS / f"{page}.md").read_text(encoding="utf-8").split())
+        if text not in body:
+            stale.append(f"{page}.md should say: {text}")
+    assert not stale, "figures that no longer match docs/assets/bench/*.json:\n" + "\n".join(stale)
+
+
+def test_every_snippet_in_the_question_bank_runs() -> None:
+    snippets = []
+    for page in sorted(QUESTIONS.glob("n*.md")):
+        for block in re.findall(r"^( *)```python\n(.*?)^\1```", page.read_text(encoding="utf-8"), flags=re.M | re.S):
+            indent, code = block
+            code = "\n".join(line[len(indent):] for line in code.splitlines())
+            snippets.append((page.name, code))
+    assert len(snippets) >= 10, f"expected the wrong-answer boxes to carry snippets, found {len(snippets)}"
+    # One child process runs them all, each in a fresh namespace, so a snippet sees only what
+    # it imports itself (as a reader pasting it would).
+    runner = (
+        "import io, json, sys, contextlib\n"
+        "failures = []\n"
+        "for name, code in json.load(sys.stdin):\n"
+        "    try:\n"
+        "        with contextlib.redirect_stdout(io.StringIO()):\n"
+        "            exec(compile(code, name, 'exec'), {'__name__': '__snippet__'})\n"
+        "    except Exception as exc:\n"
+        "        failures.append(f'{name}: {type(exc).__name__}: {exc}')\n"
+        "print(json.dumps(failures))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", runner], input=json.dumps(snippets), cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == [], proc.stdout
+
+
+# --------------------------------------------------------------------------- concepts, exercises
+
+
+def concept_pages() -> list[Path]:
+    return sorted((DOCS / "concepts").glob("*.md"))
+
+
+@pytest.mark.parametrize("page", concept_pages(), ids=lambda p: p.name)
+def test_concept_page_names_an_id_and_links_an_exercise(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    known = set(inventory_ids())
+    named = set(ID_PATTERN.findall(text))
+    assert named & known, f"{page.name} names no INVENTORY ID"
+    assert named <= known, f"{page.name} names IDs that are not in the INVENTORY: {sorted(named - known)}"
+    exercises = DOCS / "exercises" / "index.md"
+    links = [link for link in markdown_links(text) if link.split("#")[0].endswith("exercises/index.md")]
+    assert links, f"{page.name} links to no exercise (expected a link to exercises/index.md#exercise-NN-...)"
+    for link in links:
+        anchor = link.partition("#")[2]
+        assert not anchor or anchor in anchors_of(exercises), f"{page.name}: {link} is not a section of the exercises page"
+
+
+def test_every_exercise_names_an_existing_concept_page() -> None:
+    notebooks = sorted((ROOT / "exercises" / "source").glob("*/*.ipynb"))
+    assert notebooks, "no exercise notebooks found"
+    for notebook in notebooks:
+        lab = json.loads(notebook.read_text(encoding="utf-8"))["metadata"].get("lab", {})
+        page = lab.get("concept_page")
+        assert page, f"{notebook.relative_to(ROOT)} has no lab.concept_page metadata"
+        assert (DOCS / page).is_file(), f"{notebook.relative_to(ROOT)}: concept page {page} does not exist"
+
+
+# --------------------------------------------------------------------------- glossary
+
+
+def test_glossary_terms_link_to_existing_pages() -> None:
+    glossary = DOCS / "glossary.md"
+    rows = [line for line in glossary.read_text(encoding="utf-8").splitlines() if line.startswith("| ")][2:]
+    assert len(rows) >= 50, f"the glossary has only {len(rows)} terms"
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 4 and all(cells[:3]), f"malformed glossary row: {row}"
+        assert re.search(r"[\u4e00-\u9fff]", cells[1]), f"no Chinese term in: {row}"
+        links = markdown_links(cells[3])
+        assert links, f"glossary term {cells[0]} links to no page"
+        for link in links:
+            target, _, anchor = link.partition("#")
+            path = (glossary.parent / target).resolve()
+            assert path.is_file(), f"glossary term {cells[0]} links to a missing page {link}"
+            if anchor:
+                assert anchor in anchors_of(path), f"glossary term {cells[0]}: missing anchor {link}"

@@ -255,12 +255,14 @@ class _CallWatch:
 
         return watched
 
-    def uninstall(self) -> bool:
-        """Put the originals back; whether every wrapper was still in place."""
+    def uninstall(self, notebook: dict[str, Any] | None = None) -> bool:
+        """Put the originals back; whether every wrapper in a ``reference_impl`` module was still
+        in place (the notebook's own globals may be rebound by the test cell itself)."""
         intact = True
         for namespace, key, original, wrapper in reversed(self.patched):
             current = namespace.get(key)
-            intact = intact and current is wrapper
+            if namespace is not notebook:
+                intact = intact and current is wrapper
             if current is wrapper:
                 namespace[key] = original
         self.patched.clear()
@@ -396,7 +398,7 @@ def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
     order, are not counted.)"""
     global _watch
     watch, _watch = _watch, None
-    if watch is None or not watch.uninstall():
+    if watch is None or not watch.uninstall(namespace):
         _refuse(test, "the grader's watch on the reference implementation was removed")
     compared = _reference_names(namespace or {})
     delegated = sorted(name for name in set(watch.by_learner) & watch.by_test

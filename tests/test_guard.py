@@ -56,3 +56,23 @@ def test_a_failed_test_leaves_no_wrapper_behind_for_the_next():
     assert comm.chunk_bounds is not original  # still watched: the cell stopped before ``end``
     exec(compile(TEST, "<next test cell>", "exec"), namespace)
     assert comm.chunk_bounds is original
+
+
+def test_a_test_cell_may_rebind_its_own_reference_names(capsys):
+    """Rebinding a ``_ref`` name in the notebook is the test's business, not tampering."""
+    rebinding = TEST.replace("_g.end(", "_ref_chunk_bounds = len\n_g.end(")
+    namespace: dict = {}
+    exec(compile(HONEST, "<learner cell>", "exec"), namespace)
+    exec(compile(rebinding, "<test cell>", "exec"), namespace)
+    assert "lab-guard TOKEN hidden ok" in capsys.readouterr().out
+
+
+def test_replacing_a_reference_module_function_during_the_test_is_refused():
+    original = comm.chunk_bounds
+    learner = HONEST + "import reference_impl.comm as _rc\n_saved = [_rc.chunk_bounds]  # out of the watch's sight\n"
+    unpatching = TEST.replace("_g.end(", "import reference_impl.comm as _rc2\n_rc2.chunk_bounds = _saved[0]\n_g.end(")
+    namespace: dict = {}
+    exec(compile(learner, "<learner cell>", "exec"), namespace)
+    with pytest.raises(guard.TamperedError, match="watch on the reference implementation was removed"):
+        exec(compile(unpatching, "<test cell>", "exec"), namespace)
+    assert comm.chunk_bounds is original

@@ -147,31 +147,29 @@ def _ref(var: Any, opname: str) -> Tensor:
     return t
 
 
+def _update(method: str, op_type: str, ref: Any, value: Any, name: str | None) -> Any:
+    """The op ``op_type`` writing ``value`` into variable ``ref``, placed with the variable (an
+    update runs where its variable lives); in eager mode, the variable's own ``method``."""
+    if isinstance(ref, _eager.Variable):
+        return getattr(ref, method)(value)
+    t = _ref(ref, method)
+    with t.graph.colocate_with(t.op):
+        return apply_op(op_type, [t, as_tensor(value)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+
+
 def assign(ref: Any, value: Any, name: str | None = None) -> Any:
     """Store ``value`` in variable ``ref`` when run; the result is the new value."""
-    if isinstance(ref, _eager.Variable):
-        return ref.assign(value)
-    t = _ref(ref, "assign")
-    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
-        return apply_op("Assign", [t, as_tensor(value)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+    return _update("assign", "Assign", ref, value, name)
 
 
 def assign_add(ref: Any, delta: Any, name: str | None = None) -> Any:
     """Add ``delta`` to variable ``ref`` when run; the result is the new value."""
-    if isinstance(ref, _eager.Variable):
-        return ref.assign_add(delta)
-    t = _ref(ref, "assign_add")
-    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
-        return apply_op("AssignAdd", [t, as_tensor(delta)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+    return _update("assign_add", "AssignAdd", ref, delta, name)
 
 
 def assign_sub(ref: Any, delta: Any, name: str | None = None) -> Any:
     """Subtract ``delta`` from variable ``ref`` when run (an SGD step); the result is the new value."""
-    if isinstance(ref, _eager.Variable):
-        return ref.assign_sub(delta)
-    t = _ref(ref, "assign_sub")
-    with t.graph.colocate_with(t.op):  # an update runs where its variable lives
-        return apply_op("AssignSub", [t, as_tensor(delta)], {"shared_name": t.op.attrs["shared_name"]}, name=name)
+    return _update("assign_sub", "AssignSub", ref, delta, name)
 
 
 def global_variables_initializer(graph: Graph | None = None) -> Operation:

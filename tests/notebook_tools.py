@@ -169,7 +169,7 @@ def grade_assignment(work: Path, source_path: Path, assignment: str, solution_ce
     filled in from the source, so its hidden tests can only come from the gradebook). The
     source notebook itself is not graded: autograde puts back the same locked and test cells
     from the gradebook, so it would run exactly what ``released_solved`` runs. Returns each
-    case's JSON result, and ``released_path``, the released notebook.
+    case's JSON result, ``released_path``, the released notebook, and ``released_text``, its text.
     """
     source = read_nb(source_path)
     release = start_release(work, work / "release")
@@ -184,6 +184,7 @@ def grade_assignment(work: Path, source_path: Path, assignment: str, solution_ce
     started["released_solved"] = start_check(work, "released_solved", solved)
     results: dict[str, Any] = {name: run.wait().result() for name, run in started.items()}
     results["released_path"] = released
+    results["released_text"] = released.read_text(encoding="utf-8")
     return results
 
 
@@ -208,6 +209,13 @@ def assert_solved(result: dict[str, Any], assignment: str, max_score: float, *, 
     if hidden is not None:
         assert sum(t["id"].startswith("hidden_") for t in result["tests"]) == hidden
     assert result["tampered"] == [] and result["cell_errors"] == []
+
+
+def assert_nothing_leaked(released_text: str, *secrets: str) -> None:
+    """No solution or hidden-test region, nor any of ``secrets`` (lines only the source has),
+    in the text of a released notebook."""
+    for secret in ("BEGIN HIDDEN TESTS", "BEGIN SOLUTION", *secrets):
+        assert secret not in released_text, f"{secret!r} leaked into the release"
 
 
 def assert_unimplemented_scores_zero(result: dict[str, Any], max_score: float) -> None:

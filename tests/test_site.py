@@ -1,9 +1,11 @@
 """The documentation site: it builds strictly, renders math and plots, and works offline.
 
 The build runs ``mkdocs build --strict`` exactly as ``make site`` does (hooks included, so
-it needs ``docs/assets/bench/allreduce.json``: run ``make bench`` if the build says it is
-missing). The browser test serves the built site on 127.0.0.1 and drives Chromium through
-Playwright; it is skipped when no Chromium is installed, unless ``CI`` is set.
+it needs the committed ``docs/assets/bench/*.json``: run ``make bench`` if the build says one
+is missing). Every internal link and anchor of the built HTML is then checked. The browser
+tests serve the built site on 127.0.0.1 and drive Chromium through Playwright with every
+other request aborted; they are skipped when no Chromium is installed, unless ``CI`` is set.
+Screenshots of the home page and a concept page are saved under ``build/test-artifacts/``.
 """
 from __future__ import annotations
 
@@ -16,14 +18,17 @@ import subprocess
 import sys
 import threading
 from html import unescape
+from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPT = "concepts/allreduce-vs-parameter-servers/index.html"
 PLOTS = ("assets/bench/allreduce-busbw.svg", "assets/bench/allreduce-ratio.svg")
+ARTIFACTS = ROOT / "build" / "test-artifacts"
+MATH_PAGE = "concepts/allreduce-algorithms/"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -38,7 +43,7 @@ def site(tmp_path_factory) -> Path:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     return out
@@ -66,6 +71,54 @@ def test_math_is_mathml_and_plots_are_drawn(site: Path) -> None:
         assert svg.lstrip().startswith(("<?xml", "<svg")), f"{plot} is not an SVG"
         assert "<path" in svg and 'id="line2d_' in svg, f"{plot} has no plotted lines"
         assert Path(plot).name in html, f"the concept page does not show {plot}"
+
+
+class _LinksAndIds(HTMLParser):
+    """Collect the ``href``/``src`` targets and the element ids of one HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name == "id":
+                self.ids.add(value)
+            elif (name == "href" and tag in ("a", "link")) or (name == "src" and tag in ("img", "script")):
+                self.links.append(value)
+
+
+def _parse(page: Path) -> _LinksAndIds:
+    parser = _LinksAndIds()
+    parser.feed(page.read_text(encoding="utf-8"))
+    return parser
+
+
+def test_every_internal_link_and_anchor_of_the_built_site_resolves(site: Path) -> None:
+    pages = sorted(site.rglob("*.html"))
+    assert len(pages) > 50, f"only {len(pages)} pages were built"
+    parsed = {page: _parse(page) for page in pages}
+    broken: list[str] = []
+    for page, found in parsed.items():
+        base = "/" + page.relative_to(site).as_posix()
+        for link in found.links:
+            parts = urlsplit(link)
+            if parts.scheme in ("data", "mailto", "javascript") or (parts.scheme and parts.netloc):
+                continue  # not a file of this site (external links are allowed in prose, never loaded)
+            target_url = urlsplit(urljoin(base, link))
+            target = site / unquote(target_url.path).lstrip("/")
+            if target.is_dir() or target_url.path.endswith("/"):
+                target = target / "index.html"
+            if not target.is_file():
+                broken.append(f"{base}: {link} (no file {target.relative_to(site)})")
+            elif target_url.fragment and target.suffix == ".html":
+                ids = parsed[target].ids if target in parsed else _parse(target).ids
+                if unquote(target_url.fragment) not in ids:
+                    broken.append(f"{base}: {link} (no anchor #{target_url.fragment})")
+    assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(broken[:40])
 
 
 @pytest.fixture(scope="module")
@@ -101,18 +154,37 @@ def _chromium_or_skip():
     return sync_playwright
 
 
+def _offline_page(browser, outside: list[str], errors: list[str]):
+    """A page that aborts (and records) every request leaving 127.0.0.1 and records console errors."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(15_000)
+
+    def route(r) -> None:
+        url = urlsplit(r.request.url)
+        if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
+    return page
+
+
 def test_site_in_a_real_browser_is_offline_and_works(server: str) -> None:
     sync_playwright = _chromium_or_skip()
-    requests: list[str] = []
+    outside: list[str] = []
+    errors: list[str] = []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.on("request", lambda request: requests.append(request.url))
-            page.set_default_timeout(15_000)
-
+            page = _offline_page(browser, outside, errors)
             page.goto(f"{server}/", wait_until="load")
             assert "interview lab" in page.title().lower()
+            page.screenshot(path=str(ARTIFACTS / "home.png"), full_page=True)
 
             page.goto(f"{server}/{CONCEPT.removesuffix('index.html')}", wait_until="load")
             plots = page.eval_on_selector_all(
@@ -125,21 +197,52 @@ def test_site_in_a_real_browser_is_offline_and_works(server: str) -> None:
                 "img[src*='ring-allreduce.svg']", "e => e.complete ? e.naturalWidth : 0"
             )
             assert diagram > 0, "the ring diagram did not load"
+            page.screenshot(path=str(ARTIFACTS / "concept-allreduce-vs-parameter-servers.png"), full_page=True)
 
-            math = page.locator("math").first
-            box = math.bounding_box()
-            assert box is not None and box["width"] > 0 and box["height"] > 0, "MathML not rendered"
+            page.goto(f"{server}/{MATH_PAGE}", wait_until="load")
+            boxes = page.eval_on_selector_all(
+                "math", "els => els.map(e => { const r = e.getBoundingClientRect(); return r.width * r.height; })"
+            )
+            assert len(boxes) >= 10 and all(area > 0 for area in boxes), f"MathML not rendered: {boxes[:5]}"
 
             page.locator("input.md-search__input").click()
-            page.keyboard.type("busbw")
+            page.keyboard.type("allreduce")
             page.wait_for_selector(".md-search-result__item", state="visible")
-            assert page.locator(".md-search-result__item").count() >= 1
+            assert page.locator(".md-search-result__item").count() >= 3, "search found too little for 'allreduce'"
         finally:
             browser.close()
-
-    assert requests, "no requests were recorded"
-    outside = [
-        url for url in requests
-        if urlsplit(url).scheme not in ("data", "blob", "about") and urlsplit(url).hostname != "127.0.0.1"
-    ]
     assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
+    assert not errors, f"console errors: {errors}"
+
+
+def test_every_page_loads_its_images_without_console_errors(site: Path, server: str) -> None:
+    """Every page with images, math, scripts or inputs, in Chromium: each image decodes, no error is logged.
+
+    Text-only pages (most question pages) run the same theme code and nothing else; their
+    links are covered by the link check above, so the sweep skips them to stay fast.
+    """
+    sync_playwright = _chromium_or_skip()
+    rich = re.compile(r"<article\b.*?(<img|<math|<script|<input|<canvas).*?</article>", re.DOTALL)
+    pages = sorted(
+        p.relative_to(site).as_posix() for p in site.rglob("index.html")
+        if p.parent == site or rich.search(p.read_text(encoding="utf-8"))
+    )
+    outside: list[str] = []
+    errors: list[str] = []
+    missing: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = _offline_page(browser, outside, errors)
+            for path in pages:
+                page.goto(f"{server}/{path.removesuffix('index.html')}", wait_until="load")
+                images = page.eval_on_selector_all(
+                    "article img", "els => els.map(e => ({src: e.getAttribute('src'), w: e.naturalWidth}))"
+                )
+                missing += [f"{path}: {img['src']}" for img in images if not img["w"]]
+        finally:
+            browser.close()
+    assert len(pages) > 30, f"only {len(pages)} pages have images, math or scripts: {pages}"
+    assert not missing, f"images that did not load: {missing}"
+    assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
+    assert not errors, f"console errors: {errors}"

@@ -104,6 +104,7 @@ def eager_mode() -> Iterator[None]:
         _state.depth -= 1
 
 
+# --8<-- [start:tape]
 def record(type: str, inputs: list, output: EagerTensor, attrs: dict) -> None:
     """Called by the front end after each eager op: add it to every tape that watches an input."""
     for tape in _tapes():
@@ -171,3 +172,4 @@ class GradientTape:
             self._recording = was
         out = [grads.get(id(s)) if id(s) in self._watched else None for s in srcs]
         return out[0] if single else out
+    # --8<-- [end:tape]

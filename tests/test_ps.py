@@ -11,6 +11,7 @@ from reference_impl.comm import CommError, run_threads
 from reference_impl.models import ClickLog
 from reference_impl.ps import (FTRL, SGD, Adagrad, Adam, ClusterSpec, ParameterServer, PSClient,
                                PSError, SparseTable)
+from reference_impl.ps.cluster import DATA_TAG, PUSH_SPARSE, REPLY_TAG, REQUEST_TAG
 from reference_impl.ps.training import model_spec, run_ps_rank, train_local
 
 # ---------------------------------------------------------------- closed forms, one float at a time
@@ -144,11 +145,11 @@ def _bad_pushes(comm, cluster, spec):
     # A client that skips its own checks: a raw request for an id no one pulled.
     from reference_impl.ps.hashing import shard_of
     server = int(shard_of([12345], 2)[0])
-    comm.send(np.array([4, 0, 1], dtype=np.int64), server, 11)
-    comm.send(np.array([12345], dtype=np.int64), server, 11)
-    comm.send(np.ones((1, 4)), server, 11)
+    comm.send(np.array([PUSH_SPARSE, 0, 1, 0], dtype=np.int64), server, REQUEST_TAG)
+    comm.send(np.array([12345], dtype=np.int64), server, DATA_TAG)
+    comm.send(np.ones((1, 4)), server, DATA_TAG)
     code = np.empty(1, dtype=np.int64)
-    comm.recv(code, server, 12)
+    comm.recv(code, server, REPLY_TAG)
     messages.append(int(code[0]))
     rows = table.pull(np.array([1, 2, 3]))
     client.stop()

@@ -168,21 +168,30 @@ def test_the_command_trains_each_strategy_to_the_same_model(capsys):
         main(["wide_deep", "--strategy", "gossip"])
 
 
-def test_the_command_runs_modes_the_servers_lack_on_the_simulator_and_says_so(capsys):
+def test_the_command_runs_every_consistency_rule_on_real_server_ranks(capsys):
     import json
 
-    from reference_impl.ps.consistency import HashedLogReg, simulate
     from reference_impl.train.__main__ import main
 
-    assert main(["wide_deep", "--strategy", "ps", "--workers", "3", "--consistency", "backup", "--horizon", "20",
-                 "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["engine"] == "simulator" and "not implemented on the real parameter servers" in out["note"]
-    run = simulate("backup", HashedLogReg(seed=0), n_workers=3, horizon=20, straggler=0, slowdown=3.0, backups=1)
-    assert out["logloss"] == run.losses[-1] and out["dropped_gradients"] == run.dropped > 0
-    assert main(["wide_deep", "--strategy", "ps", "--consistency", "ssp", "--horizon", "5"]) == 0
-    assert capsys.readouterr().out.startswith("NOTE: consistency 'ssp' is not implemented")
+    common = ["wide_deep", "--strategy", "ps", "--workers", "3", "--limit", "768", "--batch", "96", "--slowdown", "4",
+              "--json"]
+    out = {}
+    for rule in ("asp", "ssp", "backup", "easgd"):
+        assert main([*common, "--consistency", rule, "--staleness", "1"]) == 0
+        out[rule] = json.loads(capsys.readouterr().out)
+        assert out[rule]["engine"] == "threads" and out[rule]["consistency"] == rule and "note" not in out[rule]
+        assert 0.4 < out[rule]["auc"] < 1 and out[rule]["logloss"] < 0.75 and out[rule]["bytes_sent"] > 0
+    assert out["asp"]["steps_per_worker"] == [8, 8, 8] and out["asp"]["dropped_gradients"] == 0
+    backup, steps = out["backup"], out["backup"]["steps_per_worker"]
+    assert backup["backups"] == 1 and backup["dropped_gradients"] >= 1 and steps[0] < 8  # the straggler fell behind
+    assert sum(steps) == 2 * 8 + backup["dropped_gradients"]  # each computed gradient: one of 2 used, or dropped
+    assert out["ssp"]["staleness"] == 1 and out["easgd"]["tau"] == 4
+    assert main(["wide_deep", "--strategy", "ps", "--workers", "2", "--consistency", "ssp", "--limit", "512"]) == 0
+    assert capsys.readouterr().out.startswith("ps: test AUC ")
     with pytest.raises(SystemExit):
         main(["wide_deep", "--strategy", "allreduce", "--consistency", "asp"])
     assert "needs --strategy ps" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["wide_deep", "--strategy", "ps", "--workers", "2", "--consistency", "backup", "--backups", "2"])
+    assert "2 backup workers leave none of the 2 workers" in capsys.readouterr().err
 

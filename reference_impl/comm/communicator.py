@@ -8,6 +8,9 @@ the right shape and dtype, and the message is written into it). Two implementati
   fast to start, easy to debug, used by unit tests and the exercises.
 * ``MPICommunicator`` (in ``mpi.py``): real processes under ``mpiexec``.
 
+``recv_any`` receives from whichever rank sent first (MPI's ``ANY_SOURCE``): what a
+server needs to answer requests in the order they arrive instead of in rank order.
+
 ``CountingCommunicator`` wraps either and counts what each rank sends, which is how the
 tests check an algorithm's traffic (ring allreduce: 2(n-1)/n of the data per rank).
 """
@@ -17,7 +20,8 @@ import collections
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..backend import namespace_of
 
@@ -45,6 +49,14 @@ class Communicator(ABC):
         self.send(sendbuf, dest, tag)
         self.recv(recvbuf, source, tag)
 
+    def recv_any(self, buf: Any, tag: int = 0) -> int:
+        """Receive the first message with ``tag`` to arrive from any rank into ``buf``; return its source.
+
+        Messages from one source still arrive in send order; among sources, the earliest
+        sent message wins. Optional: communicators that cannot do it say so.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no receive-from-any (recv_any)")
+
     @abstractmethod
     def barrier(self) -> None:
         """Return only when every rank has entered the barrier."""
@@ -64,12 +76,14 @@ class _ThreadWorld:
         self.size = size
         self.timeout = timeout
         self.cond = threading.Condition()
-        # mailbox[(source, dest)] holds (tag, array) in send order: MPI's non-overtaking rule.
+        # mailbox[(source, dest)] holds (tag, array, serial) in send order: MPI's
+        # non-overtaking rule; ``serial`` numbers every send of the job, for recv_any.
         self.mailbox: dict[tuple[int, int], collections.deque] = collections.defaultdict(
             collections.deque
         )
         self.barrier = threading.Barrier(size)
         self.failed_rank: int | None = None
+        self.sent = 0
 
     def abort(self, rank: int) -> None:
         """Wake every waiting rank so that one rank's failure ends the job instead of hanging it."""
@@ -93,12 +107,21 @@ class ThreadCommunicator(Communicator):
         xp = namespace_of(buf)
         message = xp.asarray(buf, copy=True)  # buffered send: the caller may reuse buf at once
         with self._world.cond:
-            self._world.mailbox[(self.rank, dest)].append((tag, message))
+            self._world.sent += 1
+            self._world.mailbox[(self.rank, dest)].append((tag, message, self._world.sent))
             self._world.cond.notify_all()
 
     def recv(self, buf: Any, source: int, tag: int = 0) -> None:
         self._check_peer(source, "source")
-        message = self._take(source, tag)
+        source, message = self._take([source], tag)
+        self._fill(buf, message, source, tag)
+
+    def recv_any(self, buf: Any, tag: int = 0) -> int:
+        source, message = self._take(range(self.size), tag)
+        self._fill(buf, message, source, tag)
+        return source
+
+    def _fill(self, buf: Any, message: Any, source: int, tag: int) -> None:
         if message.shape != buf.shape or message.dtype != buf.dtype:
             raise CommError(
                 f"rank {self.rank}: message from rank {source} (tag {tag}) has shape "
@@ -107,25 +130,36 @@ class ThreadCommunicator(Communicator):
             )
         buf[...] = message
 
-    def _take(self, source: int, tag: int) -> Any:
+    def _take(self, sources: Any, tag: int) -> tuple[int, Any]:
+        """Remove and return ``(source, message)``: the earliest sent message with ``tag``
+        from one of ``sources`` (the first match in each mailbox is its oldest)."""
         world = self._world
-        box = world.mailbox[(source, self.rank)]
+        boxes = [(s, world.mailbox[(s, self.rank)]) for s in sources]
+        who = f"rank {sources[0]}" if len(boxes) == 1 else "any rank"
         deadline = time.monotonic() + world.timeout
         with world.cond:
             while True:
-                for i, (t, message) in enumerate(box):
-                    if t == tag:
-                        del box[i]
-                        return message
+                best = None  # (serial, source, box, index)
+                for s, box in boxes:
+                    for i, (t, _, serial) in enumerate(box):
+                        if t == tag:
+                            if best is None or serial < best[0]:
+                                best = (serial, s, box, i)
+                            break
+                if best is not None:
+                    _, s, box, i = best
+                    message = box[i][1]
+                    del box[i]
+                    return s, message
                 if world.failed_rank is not None:
                     raise CommError(
-                        f"rank {self.rank}: gave up waiting for rank {source} because rank "
+                        f"rank {self.rank}: gave up waiting for {who} because rank "
                         f"{world.failed_rank} failed"
                     )
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise CommError(
-                        f"rank {self.rank}: no message from rank {source} with tag {tag} after "
+                        f"rank {self.rank}: no message from {who} with tag {tag} after "
                         f"{world.timeout:g} s (deadlock, or a peer that never sends)"
                     )
                 world.cond.wait(left)
@@ -238,6 +272,9 @@ class CountingCommunicator(Communicator):
 
     def recv(self, buf: Any, source: int, tag: int = 0) -> None:
         self.inner.recv(buf, source, tag)
+
+    def recv_any(self, buf: Any, tag: int = 0) -> int:
+        return self.inner.recv_any(buf, tag)
 
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
         self._count(sendbuf)

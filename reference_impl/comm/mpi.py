@@ -6,6 +6,9 @@ from one array's memory to the other's, with no pickling. Run a program that use
 exception on any rank into ``MPI_Abort``, so the whole job ends instead of leaving the
 other ranks waiting forever.
 
+``recv_any`` is MPI's receive from ``ANY_SOURCE``: the first matching message from any
+rank, and the rank it came from (``Status.Get_source``).
+
 Two things MPI itself does not do, added here so that a broken collective fails fast with
 a message that names the ranks involved:
 
@@ -98,6 +101,12 @@ class MPICommunicator(Communicator):
         request = self.comm.Irecv(buf, source=source, tag=self._wire_tag(tag, buf))
         self._wait(receive=request, source=source, recvbuf=buf, tag=tag)
 
+    def recv_any(self, buf: Any, tag: int = 0) -> int:
+        """``MPI.ANY_SOURCE``: the first matching message from any rank; returns its source."""
+        any_source = self._MPI.ANY_SOURCE
+        request = self.comm.Irecv(buf, source=any_source, tag=self._wire_tag(tag, buf))
+        return self._wait(receive=request, source=any_source, recvbuf=buf, tag=tag)
+
     def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
         self._check_peer(dest, "destination")
         self._check_peer(source, "source")
@@ -116,24 +125,27 @@ class MPICommunicator(Communicator):
     def _wait(
         self, send: Any = None, receive: Any = None, dest: int | None = None, sendbuf: Any = None,
         source: int | None = None, recvbuf: Any = None, tag: int = 0,
-    ) -> None:
+    ) -> int | None:
         """Poll ``send`` and ``receive`` (either may be None) until both are done or time is up.
 
-        A barrier passes its request as ``send`` with no ``dest``.
+        A barrier passes its request as ``send`` with no ``dest``. Returns the rank the
+        message came from (what ``recv_any`` needs), or None when there was no receive.
         """
         status = self._MPI.Status()
         start = time.monotonic()
+        came_from = None
         while True:
             try:
                 if send is not None and send.Test():
                     send = None
                 if receive is not None and receive.Test(status):
-                    self._check_count(status, recvbuf, source)
+                    came_from = status.Get_source()
+                    self._check_count(status, recvbuf, came_from)
                     receive = None
             except self._MPI.Exception as exc:
                 self._raise_truncated(exc, recvbuf, source)
             if send is None and receive is None:
-                return
+                return came_from
             waited = time.monotonic() - start
             if waited < SPIN_S:
                 continue
@@ -151,7 +163,7 @@ class MPICommunicator(Communicator):
         pending = []
         if receive is not None:
             receive.Cancel()
-            pending.append(f"a message from rank {source} (tag {tag})")
+            pending.append(f"a message from {self._who(source)} (tag {tag})")
         if send is not None:
             pending.append("the other ranks to enter the barrier" if dest is None
                            else f"rank {dest} to take {sendbuf.nbytes} bytes (tag {tag})")
@@ -160,6 +172,9 @@ class MPICommunicator(Communicator):
             f"(a peer that failed, never joined, or is in another collective; set {TIMEOUT_ENV} "
             f"to wait longer)"
         )
+
+    def _who(self, source: Any) -> str:
+        return "any rank" if source == self._MPI.ANY_SOURCE else f"rank {source}"
 
     def _check_dtype(self, receive: Any, buf: Any, source: int, tag: int) -> None:
         """A pending message from ``source`` with our tag but another dtype code: fail now."""
@@ -170,7 +185,7 @@ class MPICommunicator(Communicator):
         if wire >> DTYPE_BITS == tag and wire & ((1 << DTYPE_BITS) - 1) != _dtype_code(buf):
             receive.Cancel()
             raise CommError(
-                f"rank {self.rank}: message from rank {source} (tag {tag}) holds "
+                f"rank {self.rank}: message from rank {probe.Get_source()} (tag {tag}) holds "
                 f"{_dtype_name(wire & ((1 << DTYPE_BITS) - 1))} data "
                 f"({probe.Get_count(self._MPI.BYTE)} bytes), but the receive buffer holds "
                 f"{buf.size} elements of {buf.dtype}"
@@ -180,7 +195,7 @@ class MPICommunicator(Communicator):
         """Turn MPI's truncation error (message longer than the buffer) into a clear CommError."""
         if exc.Get_error_class() == self._MPI.ERR_TRUNCATE:
             raise CommError(
-                f"rank {self.rank}: message from rank {source} is longer than the receive "
+                f"rank {self.rank}: message from {self._who(source)} is longer than the receive "
                 f"buffer of {buf.size} elements ({buf.dtype}, {buf.nbytes} bytes)"
             ) from None
         raise exc

@@ -1,7 +1,7 @@
 """Parameter servers: sharded sparse tables, the temporary embedding matrix, server-side
 optimisers, servers and clients on a ``Communicator``, and consistency models."""
 from .client import PSClient, PSError, RemoteTable
-from .cluster import ClusterSpec, DenseVariable, ModelSpec, SparseVariable, SubCommunicator
+from .cluster import ClusterSpec, Consistency, DenseVariable, ModelSpec, SparseVariable, SubCommunicator
 from .embedding import (TemporaryEmbedding, dedupe, embedding_lookup, embedding_lookup_grad,
                         sparse_table_pull, sparse_table_push)
 from .hashing import as_ids, group_by_shard, load_imbalance, shard_of, splitmix64, uniform_from_ids
@@ -10,7 +10,7 @@ from .server import ParameterServer
 from .sparse_table import ShardedSparseTable, SparseTable
 
 __all__ = [
-    "PSClient", "PSError", "RemoteTable", "ClusterSpec", "DenseVariable", "ModelSpec",
+    "PSClient", "PSError", "RemoteTable", "ClusterSpec", "Consistency", "DenseVariable", "ModelSpec",
     "SparseVariable", "SubCommunicator", "TemporaryEmbedding", "dedupe", "embedding_lookup",
     "embedding_lookup_grad", "sparse_table_pull", "sparse_table_push", "as_ids", "group_by_shard",
     "load_imbalance", "shard_of", "splitmix64", "uniform_from_ids", "FTRL", "OPTIMIZERS", "SGD",

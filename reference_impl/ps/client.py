@@ -6,6 +6,11 @@ by owner (``group_by_shard``) and each server gets its slice. Every request goes
 server, even with nothing to say (``n = 0``), so that servers answering in rounds stay in
 step. ``client.table(name)`` is a ``RowStore`` for ``sparse_table_pull``/``push``.
 
+Every request carries ``client.clock``, the steps this worker has finished; ``tick()``
+ends a step (tells every server, and learns which step to do next: under backup workers
+a late worker skips ahead). ``add_dense`` and ``RemoteTable.add`` change the servers'
+values without their optimiser: EASGD's elastic move of the centre.
+
 A push is checked here before anything is sent (finite gradients; for a table, only ids
 this worker pulled since its last push), so a bad push changes no server. The servers
 check again, each its own slice, and refuse with a reply code: the second line of
@@ -16,8 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm import Communicator, chunk_bounds
-from .cluster import (BAD_GRADIENT, OK, PULL_DENSE, PULL_SPARSE, PUSH_DENSE, PUSH_SPARSE, REPLY_TAG,
-                      REQUEST_TAG, STOP, UNKNOWN_IDS, ClusterSpec, ModelSpec)
+from .cluster import (ADD_DENSE, ADD_SPARSE, BAD_GRADIENT, CLOCK, DATA_TAG, OK, PULL_DENSE, PULL_SPARSE,
+                      PUSH_DENSE, PUSH_SPARSE, REPLY_TAG, REQUEST_TAG, STOP, UNKNOWN_IDS, ClusterSpec,
+                      ModelSpec)
 from .hashing import as_ids, group_by_shard
 
 
@@ -35,9 +41,25 @@ class PSClient:
         self.comm, self.cluster, self.model = comm, cluster, model
         self.ids_sent = 0  # ids this worker sent to servers (pull + push): the sparse traffic
         self.pulled: dict[int, set[int]] = {}  # per table: ids pulled since this worker's last push
+        self.clock = 0  # steps finished (or, under backup workers, skipped)
 
     def _header(self, server: int, op: int, var: int, n: int) -> None:
-        self.comm.send(np.array([op, var, n], dtype=np.int64), server, REQUEST_TAG)
+        self.comm.send(np.array([op, var, n, self.clock], dtype=np.int64), server, REQUEST_TAG)
+
+    def _payload(self, server: int, array: np.ndarray) -> None:
+        self.comm.send(np.ascontiguousarray(array), server, DATA_TAG)
+
+    def tick(self) -> int:
+        """This worker's step is done (all its pushes acknowledged); returns the next step."""
+        for s in self.cluster.servers:
+            self._header(s, CLOCK, 0, 0)
+        nxt = np.empty(1, dtype=np.int64)
+        steps = []
+        for s in self.cluster.servers:
+            self.comm.recv(nxt, s, REPLY_TAG)
+            steps.append(int(nxt[0]))
+        self.clock = max(steps)
+        return self.clock
 
     def _check_replies(self, what: str) -> None:
         """Read every server's reply code to a push, then raise if any server refused it."""
@@ -69,21 +91,30 @@ class PSClient:
         return out.reshape(initial.shape)
 
     def push_dense(self, name: str, grad: np.ndarray) -> None:
+        """Send a gradient; each server applies its chunk with the variable's optimiser."""
+        self._send_dense(PUSH_DENSE, name, grad)
+
+    def add_dense(self, name: str, delta: np.ndarray) -> None:
+        """Add ``delta`` to the servers' value as it is (no optimiser): EASGD's centre update."""
+        self._send_dense(ADD_DENSE, name, delta)
+
+    def _send_dense(self, op: int, name: str, grad: np.ndarray) -> None:
+        what = f"{'push' if op == PUSH_DENSE else 'add'}_dense({name!r})"
         i = self.model.dense_index(name)
         initial = self.model.dense[i].initial
         grad = np.asarray(grad, dtype=np.float64)
         if grad.shape != initial.shape:
-            raise ValueError(f"rank {self.comm.rank}: push_dense({name!r}) gradient has shape "
+            raise ValueError(f"rank {self.comm.rank}: {what} gradient has shape "
                              f"{grad.shape}, the variable {initial.shape}")
-        self._check_finite(grad, f"push_dense({name!r})", self.comm.rank)
+        self._check_finite(grad, what, self.comm.rank)
         flat = grad.ravel()
         bounds = chunk_bounds(initial.size, self.cluster.n_servers)
         for s, (lo, hi) in zip(self.cluster.servers, bounds):
-            self._header(s, PUSH_DENSE, i, hi - lo)
-            self.comm.send(flat[lo:hi], s, REQUEST_TAG)
-        self._check_replies(f"push_dense({name!r})")
+            self._header(s, op, i, hi - lo)
+            self._payload(s, flat[lo:hi])
+        self._check_replies(what)
 
-    def table(self, name: str) -> "RemoteTable":
+    def table(self, name: str) -> RemoteTable:
         return RemoteTable(self, self.model.sparse_index(name))
 
     def stop(self) -> None:
@@ -107,7 +138,7 @@ class RemoteTable:
         for s, (lo, hi) in zip(c.cluster.servers, bounds):
             c._header(s, PULL_SPARSE, self.index, hi - lo)
             if hi > lo:
-                c.comm.send(ids[order[lo:hi]], s, REQUEST_TAG)
+                c._payload(s, ids[order[lo:hi]])
             c.ids_sent += hi - lo
         c.pulled.setdefault(self.index, set()).update(ids.tolist())
         out = np.empty((len(ids), self.dim))
@@ -135,11 +166,27 @@ class RemoteTable:
             raise PSError(f"rank {c.comm.rank}: {what} names {len(unknown)} id(s) this worker did "
                           f"not pull since its last push, e.g. {unknown[0]}; nothing was sent")
         c.pulled[self.index] = set()
+        self._send_rows(PUSH_SPARSE, ids, grads, what)
+
+    def add(self, ids: np.ndarray, delta: np.ndarray) -> None:
+        """Add ``delta`` to existing rows as it is (no optimiser): EASGD's centre update."""
+        c = self.client
+        ids = as_ids(ids)
+        delta = np.asarray(delta, dtype=np.float64)
+        what = f"add to table {self.spec.name!r}"
+        if delta.shape != (len(ids), self.dim) or len(np.unique(ids)) != len(ids):
+            raise ValueError(f"rank {c.comm.rank}: {what}: need unique ids and deltas of shape "
+                             f"({len(ids)}, {self.dim}), got {delta.shape}")
+        c._check_finite(delta, what, c.comm.rank)
+        self._send_rows(ADD_SPARSE, ids, delta, what)
+
+    def _send_rows(self, op: int, ids: np.ndarray, rows: np.ndarray, what: str) -> None:
+        c = self.client
         order, bounds = group_by_shard(ids, c.cluster.n_servers)
         for s, (lo, hi) in zip(c.cluster.servers, bounds):
-            c._header(s, PUSH_SPARSE, self.index, hi - lo)
+            c._header(s, op, self.index, hi - lo)
             if hi > lo:
-                c.comm.send(ids[order[lo:hi]], s, REQUEST_TAG)
-                c.comm.send(np.ascontiguousarray(grads[order[lo:hi]]), s, REQUEST_TAG)
+                c._payload(s, ids[order[lo:hi]])
+                c._payload(s, rows[order[lo:hi]])
             c.ids_sent += hi - lo
         c._check_replies(what)

@@ -5,12 +5,21 @@ Ranks ``0 .. n_servers-1`` are servers and the rest are workers (TensorFlow's ``
 flattened and split into ``n_servers`` contiguous chunks, one per server) and the sparse
 tables (rows spread over servers by ``shard_of``), each with its server-side optimiser.
 
-A request is a header ``int64[3] = (op, variable index, n)`` followed by its payload; a
-reply follows on ``REPLY_TAG``. Messages on a ``Communicator`` need a receive buffer of the
-right size, so every variable-length payload is announced by the ``n`` of its header.
+A request is a header ``int64[4] = (op, variable index, n, clock)`` on ``REQUEST_TAG``,
+then its payload on ``DATA_TAG``; a reply follows on ``REPLY_TAG``. Messages on a
+``Communicator`` need a receive buffer of the right size, so every variable-length payload
+is announced by the ``n`` of its header. Headers have a tag of their own so that a server
+can take the next request from whichever worker sent one first (``recv_any``) without
+ever mistaking a payload for a header. ``clock`` is the number of steps the worker has
+finished: the vector clock of SSP and the step number of BSP and backup workers travel
+on every request.
+
+``Consistency`` names the rule the servers and workers follow (BSP, ASP, SSP, backup
+workers, EASGD); see ``server.py`` for what each rule makes the servers do.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,11 +28,55 @@ import numpy as np
 from ..comm import Communicator
 from .optimizers import SGD, Optimizer
 
-REQUEST_TAG, REPLY_TAG = 11, 12
-PULL_DENSE, PUSH_DENSE, PULL_SPARSE, PUSH_SPARSE, STOP = 1, 2, 3, 4, 5
+REQUEST_TAG, REPLY_TAG, DATA_TAG = 11, 12, 13
+HEADER = 4  # int64 fields of a request header: op, variable, n, clock
+PULL_DENSE, PUSH_DENSE, PULL_SPARSE, PUSH_SPARSE, STOP, CLOCK, ADD_DENSE, ADD_SPARSE = range(1, 9)
 OP_NAMES = {PULL_DENSE: "pull_dense", PUSH_DENSE: "push_dense", PULL_SPARSE: "pull_sparse",
-            PUSH_SPARSE: "push_sparse", STOP: "stop"}
+            PUSH_SPARSE: "push_sparse", STOP: "stop", CLOCK: "clock", ADD_DENSE: "add_dense",
+            ADD_SPARSE: "add_sparse"}
 OK, UNKNOWN_IDS, BAD_GRADIENT = 0, 1, 2  # push reply codes
+RULES = ("bsp", "asp", "ssp", "backup", "easgd")
+
+
+@dataclass(frozen=True)
+class Consistency:
+    """A consistency rule and its knobs; every rank of a job passes the same one.
+
+    ``staleness`` is SSP's bound ``s`` (``math.inf`` is ASP); ``backups`` is ``b`` of
+    backup workers (the last ``b`` of the workers' gradients in each step are dropped;
+    ``b = 0`` is BSP); ``tau`` and ``alpha`` are EASGD's exchange period and elastic
+    coefficient.
+    """
+
+    rule: str = "bsp"
+    staleness: float = 4
+    backups: int = 1
+    tau: int = 4
+    alpha: float = 0.25
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"Consistency: unknown rule {self.rule!r}; expected one of {RULES}")
+        if not self.staleness >= 0 or self.backups < 0 or self.tau < 1 or not 0 <= self.alpha <= 1:
+            raise ValueError(f"Consistency({self.rule!r}): need staleness >= 0, backups >= 0, tau >= 1 and "
+                             f"0 <= alpha <= 1, got {self.staleness}, {self.backups}, {self.tau}, {self.alpha}")
+
+    @property
+    def synchronous(self) -> bool:
+        """BSP and backup workers: steps are numbered rounds that the servers close."""
+        return self.rule in ("bsp", "backup")
+
+    @property
+    def bound(self) -> float:
+        """How many clocks a reader may be ahead of the slowest worker (asynchronous rules)."""
+        return self.staleness if self.rule == "ssp" else math.inf
+
+    def dropped_per_step(self, n_workers: int) -> int:
+        """``b``: how many of the ``n_workers`` gradients of a step are not waited for."""
+        b = self.backups if self.rule == "backup" else 0
+        if b >= n_workers:
+            raise ValueError(f"Consistency: {b} backup workers leave none of the {n_workers} workers to wait for")
+        return b
 
 
 @dataclass

@@ -3,9 +3,21 @@ embedding matrix against a dense embedding table, and refusals that leave tables
 import numpy as np
 import pytest
 
-from reference_impl.ps.embedding import (dedupe, embedding_lookup, embedding_lookup_grad,
-                                         sparse_table_pull, sparse_table_push)
-from reference_impl.ps.hashing import as_ids, load_imbalance, shard_of, splitmix64, uniform_from_ids
+from reference_impl.ps.embedding import (
+    dedupe,
+    embedding_lookup,
+    embedding_lookup_grad,
+    sparse_table_pull,
+    sparse_table_push,
+)
+from reference_impl.ps.hashing import (
+    as_ids,
+    group_by_shard,
+    load_imbalance,
+    shard_of,
+    splitmix64,
+    uniform_from_ids,
+)
 from reference_impl.ps.optimizers import SGD
 from reference_impl.ps.sparse_table import ShardedSparseTable, SparseTable
 
@@ -133,4 +145,67 @@ def test_pulls_mixing_known_new_and_repeated_ids_give_each_id_its_own_row(rng):
         np.testing.assert_array_equal(rows, uniform_from_ids(ids, 2, 7))
         seen |= set(ids.tolist())
         assert len(table) == len(seen)
-    assert sorted(table.keys.tolist()) == table.keys.tolist() and len(set(table.rows.tolist())) == len(seen)
+    keys, rows = table.index.items()
+    assert set(keys.tolist()) == seen and sorted(rows.tolist()) == list(range(len(seen)))
+
+
+def test_uniform_from_ids_is_the_published_formula_bit_for_bit(rng):
+    ids = np.concatenate([rng.integers(-(2**63), 2**63 - 1, 300, dtype=np.int64), [0, -1, 2**63 - 1]])
+    base = splitmix64(ids ^ np.int64(11)).view(np.int64)
+    cols = np.arange(5, dtype=np.int64) * np.int64(0x5851F42D4C957F2D)
+    bits = splitmix64(base[:, None] + cols[None, :])
+    expected = (bits >> np.uint64(11)).astype(np.float64) * (2.0 / 2**53) - 1.0
+    assert np.array_equal(uniform_from_ids(ids, 5, 11), expected)
+
+
+@pytest.mark.parametrize("n_shards", [3, 300, 70_000])
+def test_group_by_shard_gives_each_shard_a_contiguous_stable_slice(rng, n_shards):
+    ids = rng.integers(-(2**63), 2**63 - 1, 5000, dtype=np.int64)
+    order, bounds = group_by_shard(ids, n_shards)
+    assert sorted(order.tolist()) == list(range(len(ids))) and len(bounds) == n_shards
+    owner = shard_of(ids, n_shards)[order]
+    lo, hi = np.array(bounds).T
+    assert np.array_equal(hi - lo, np.bincount(owner, minlength=n_shards)) and lo[0] == 0 and hi[-1] == len(ids)
+    assert np.array_equal(np.repeat(np.arange(n_shards), hi - lo), owner)  # shard s fills [lo_s, hi_s)
+    same = np.diff(owner) == 0
+    assert np.all(np.diff(order)[same] > 0)  # stable: within a shard, the original order is kept
+
+
+def test_scatter_add_by_bincount_equals_add_at_exactly(rng):
+    ids = rng.integers(0, 40, (64, 3))
+    temp = sparse_table_pull(SparseTable(7), ids)
+    d_out = rng.standard_normal((64, 3, 7))
+    expected = np.zeros_like(temp.matrix)
+    np.add.at(expected, temp.local_index.ravel(), d_out.reshape(-1, 7))
+    assert np.array_equal(embedding_lookup_grad(temp, d_out), expected)
+
+
+def test_a_push_after_the_caller_changed_its_id_array_uses_the_new_ids():
+    table = SparseTable(2, SGD(1.0), init_scale=0.0)
+    ids = np.array([1, 2, 3])
+    table.pull(ids)
+    ids[0] = 99  # the same array object, now naming an id never pulled
+    with pytest.raises(KeyError, match="never pulled"):
+        table.push(ids, np.ones((3, 2)))
+    ids[0] = 3
+    ids[2] = 1  # [3, 2, 1]: known ids in another order
+    table.push(ids, np.array([[3.0, 3], [2, 2], [1, 1]]))
+    np.testing.assert_array_equal(table.pull(np.array([1, 2, 3])), -np.array([[1.0, 1], [2, 2], [3, 3]]))
+
+
+@pytest.mark.parametrize("n_shards", [1, 4])
+def test_many_batches_match_a_dense_table_updated_with_numpy(rng, n_shards):
+    """Thousands of rows created over many batches (the index merges its runs several
+    times), pulls and pushes interleaved: every row ends where a dense table says."""
+    vocab, dim, lr = 6000, 4, 0.5
+    table = ShardedSparseTable(n_shards, dim, SGD(lr), init_scale=0.3, seed=2)
+    ids_all = rng.permutation(vocab).astype(np.int64) * 1_000_003 - 2**40  # sparse, negative and positive
+    dense = 0.3 * uniform_from_ids(ids_all, dim, 2)
+    for _ in range(30):
+        pick = rng.integers(0, vocab, rng.integers(50, 600)) % rng.integers(200, vocab + 1)
+        temp = sparse_table_pull(table, ids_all[pick])
+        np.testing.assert_allclose(embedding_lookup(temp), dense[pick], atol=1e-12, rtol=0)
+        d_out = rng.standard_normal((len(pick), dim))
+        sparse_table_push(table, temp, embedding_lookup_grad(temp, d_out))
+        np.add.at(dense, pick, -lr * d_out)
+    np.testing.assert_allclose(table.pull(ids_all), dense, atol=1e-9, rtol=0)

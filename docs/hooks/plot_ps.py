@@ -8,7 +8,10 @@
   fraction of distinct values sharing a bucket against the bucket count, measured for a
   hash-bucket column, a crossed column and a polynomial cross, with the birthday formula;
 * ``assets/bench/ps-traffic.svg``: bytes per step of the parameter server and of the
-  mirrored (all-reduce) strategy against the embedding table's size.
+  mirrored (all-reduce) strategy against the embedding table's size;
+* ``assets/bench/ps-wide-deep.svg``: test AUC and log-loss on InstEval of each model
+  (logistic regression, wide-only, deep-only, joint) and of the joint model trained on
+  parameter servers and on mirrored workers, with the joint model's margins written out.
 
 ``<!-- bench:ps:summary -->`` becomes the tables: throughput against the NumPy lower bound,
 traffic, time to target, and Wide & Deep quality.
@@ -45,6 +48,40 @@ def _median_time(values: list[float]) -> str:
     if len(finite) < len(values) / 2 or not finite:
         return f"not reached ({len(values) - len(finite)}/{len(values)} runs)"
     return f"{statistics.median([v if math.isfinite(v) else float('inf') for v in values]):.1f}"
+
+
+def _wide_deep_figure(ins: dict[str, Any], machine: str) -> bytes:
+    """Two panels of horizontal bars, one bar per model: test AUC and test log-loss."""
+    rows = list(ins["rows"]) + [ins[k] for k in ("parameter_servers", "mirrored") if k in ins]
+    names = [r["model"] for r in rows]
+    colours = ["C0" if "joint" not in n else ("C3" if n == "wide & deep (joint)" else "C2") for n in names]
+    fig, _ = figure(f"InstEval, {ins['train']} train / {ins['test']} test ratings, {ins['epochs']} epochs. "
+                    f"Measured on {machine}")
+    fig.set_size_inches(9, 3.6)
+    fig.clear()  # two panels instead of plotkit's one: redo its grid and caption
+    fig.supxlabel(f"InstEval, {ins['train']} train / {ins['test']} test ratings, {ins['epochs']} epochs. "
+                  f"Measured on {machine}", fontsize=7, color="0.35")
+    ax_auc, ax_loss = fig.subplots(1, 2, sharey=True)
+    y = list(range(len(rows)))[::-1]
+    for ax, key, label in ((ax_auc, "auc", "test AUC (0.5 = chance; higher is better)"),
+                           (ax_loss, "logloss", "test log-loss (lower is better)")):
+        values = [r[key] for r in rows]
+        ax.barh(y, values, color=colours)
+        lo, hi = min(values), max(values)
+        pad = (hi - lo) * 0.25
+        ax.set_xlim(0.5 if key == "auc" else lo - pad, hi + pad)
+        for yi, v in zip(y, values):
+            ax.text(v, yi, f" {v:.4f}", va="center", fontsize=7)
+        ax.set_xlabel(label)
+        ax.grid(True, axis="x", alpha=0.3)
+    ax_auc.set_yticks(y, names, fontsize=7)
+    by = {r["model"]: r for r in rows}
+    joint = by.get("wide & deep (joint)")
+    others = [n for n in names[:len(ins["rows"])] if n != "wide & deep (joint)"]
+    if joint and others:
+        margins = ", ".join(f"{by[n]['model'].split(' (')[0]} {joint['auc'] - by[n]['auc']:+.4f}" for n in others)
+        ax_auc.set_title(f"joint AUC minus: {margins}", fontsize=7)
+    return svg(fig)
 
 
 def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
@@ -109,31 +146,42 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         ax.legend(fontsize=7)
         figs["collisions"] = svg(fig)
 
-    lines = ["**Pull + push throughput** (one process, Zipf ids from a vocabulary of 1M):", "",
-             "| batch | unique ids | sparse table keys/s | NumPy lower bound keys/s | time ratio |",
-             "|---:|---:|---:|---:|---:|"]
+    figs["wide-deep"] = _wide_deep_figure(data["wide_deep"]["insteval"], machine)
+
+    thr_machine = data.get("section_machines", {}).get("throughput")
+    lines = ["**Pull + push throughput** (one process, one shard, Zipf ids from a vocabulary of 1M, "
+             "dim 16, SGD; CPU time of the measuring thread, median of the repeats"
+             + (f"; measured on {machine_line(path, {'machine': thr_machine})}" if thr_machine else "") + "):", "",
+             ("| table before | batch | unique ids | new rows / batch | sparse table keys/s | "
+             "NumPy lower bound keys/s | time ratio (median) | time ratio (mean) |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for t in data["throughput"]:
-        lines.append(f"| {t['batch']} | {t['unique_per_batch']:.0f} | {t['keys_per_s']['sparse_table']:.3g} | "
-                     f"{t['keys_per_s']['numpy_lower_bound']:.3g} | {t['slowdown_vs_lower_bound']:.2f}× |")
-    lines += ["", "**Traffic per step** (embedding dim "
-              f"{tra[0]['dim']}, batch {tra[0]['batch']}):", "",
+        before = t.get("table_rows_before", 0)
+        new_rows = (t["table_rows_after"] - before) / (t["repeats"] + 1) if "table_rows_after" in t else float("nan")
+        mean = t.get("mean_slowdown_vs_lower_bound")
+        lines.append(f"| {'empty' if not before else f'{before} rows'} | {t['batch']} | {t['unique_per_batch']:.0f} | "
+                     f"{new_rows:.0f} | {t['keys_per_s']['sparse_table']:.3g} | "
+                     f"{t['keys_per_s']['numpy_lower_bound']:.3g} | {t['slowdown_vs_lower_bound']:.2f}× | "
+                     + (f"{mean:.2f}× |" if mean is not None else "– |"))
+    lines += ["", ("**Traffic per step** (embedding dim "
+              f"{tra[0]['dim']}, batch {tra[0]['batch']}):"), "",
               "| table rows | unique ids / step | PS bytes | mirrored bytes | PS s/step | mirrored s/step |",
               "|---:|---:|---:|---:|---:|---:|"]
     for t in tra:
         lines.append(f"| {t['vocab_rows']} | {t['unique_ids_per_step']:.0f} | {human_bytes(t['ps_bytes_per_step'], 3)} | "
                      f"{human_bytes(t['mirrored_bytes_per_step'], 3)} | {t['ps_s_per_step'] * 1e3:.1f} ms | "
                      f"{t['mirrored_s_per_step'] * 1e3:.1f} ms |")
-    lines += ["", f"**Time to target** (per seed, the level straggler-free BSP's test log-loss sits at over 10–20% of "
+    lines += ["", (f"**Time to target** (per seed, the level straggler-free BSP's test log-loss sits at over 10–20% of "
               f"the {con['horizon']:.0f}-unit horizon; mean {con['target_logloss']:.4f}, Bayes {con['bayes_logloss']:.4f}; median of {con['seeds']} "
-              f"seeds, simulated time units):", "",
+              f"seeds, simulated time units):"), "",
               "| model | " + " | ".join(con["scenarios"]) + " |", "|---|" + "---:|" * len(con["scenarios"])]
     names = [r["model"] for r in next(iter(con["scenarios"].values()))]
     for i, name in enumerate(names):
         cells = [_median_time(rows[i]["time_to_target"]) for rows in con["scenarios"].values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     ins = data["wide_deep"]["insteval"]
-    lines += ["", f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} train / {ins['test']} test, "
-              f"{ins['epochs']} epochs):", "", "| model | test AUC | test log-loss |", "|---|---:|---:|"]
+    lines += ["", (f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} train / {ins['test']} test, "
+              f"{ins['epochs']} epochs):"), "", "| model | test AUC | test log-loss |", "|---|---:|---:|"]
     for r in ins["rows"]:
         lines.append(f"| {r['model']} | {r['auc']:.4f} | {r['logloss']:.4f} |")
     strategies = [ins[k] for k in ("parameter_servers", "mirrored") if k in ins]
@@ -144,21 +192,21 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
                       "floating-point sums differs): " +
                   ", ".join(f"{st['model'].split(', ')[-1]}: {st['auc_minus_local']:+.1e}" for st in strategies) + "."]
     if data.get("collisions"):
-        lines += ["", f"**Hash-bucket collisions** ({data['collisions'][0]['buckets']} buckets): fraction of distinct "
+        lines += ["", (f"**Hash-bucket collisions** ({data['collisions'][0]['buckets']} buckets): fraction of distinct "
                       "values that share their bucket with another, measured and by the birthday formula "
-                      "1 − (1 − 1/m)^(n−1):", "", "| distinct values n | measured | formula |", "|---:|---:|---:|"]
+                      "1 − (1 − 1/m)^(n−1):"), "", "| distinct values n | measured | formula |", "|---:|---:|---:|"]
         for c in data["collisions"]:
             lines.append(f"| {c['values']} | {c['measured']:.4f} | {c['birthday_formula']:.4f} |")
     if by_m:
-        lines += ["", f"**Collisions against the bucket count** ({by_m[0]['values']} distinct values; fraction "
-                      "sharing a bucket):", "",
+        lines += ["", (f"**Collisions against the bucket count** ({by_m[0]['values']} distinct values; fraction "
+                      "sharing a bucket):"), "",
                   "| buckets m | hash-bucket column | crossed column (all pairs) | polynomial cross | formula |",
                   "|---:|---:|---:|---:|---:|"]
         for c in by_m:
             lines.append(f"| {c['buckets']} | {c['hash_bucket_measured']:.4f} | {c['crossed_pairs_measured']:.4f} | "
                          f"{c['polynomial_cross_measured']:.4f} | {c['birthday_formula']:.4f} |")
     ck = data["wide_deep"]["click_log"]
-    lines += ["", f"**Synthetic click log**: a wide model reaches test log-loss {ck['logloss']:.4f} "
-              f"(AUC {ck['auc']:.4f}) against the true model's {ck['bayes_logloss']:.4f} (AUC {ck['bayes_auc']:.4f}).",
+    lines += ["", (f"**Synthetic click log**: a wide model reaches test log-loss {ck['logloss']:.4f} "
+              f"(AUC {ck['auc']:.4f}) against the true model's {ck['bayes_logloss']:.4f} (AUC {ck['bayes_auc']:.4f})."),
               "", f"*Machine:* {machine}."]
     return figs, "\n".join(lines) + "\n"

@@ -1,13 +1,14 @@
 """Parameter servers, sparse tables, consistency models and Wide & Deep, measured.
 
-``python -m reference_impl.bench ps`` runs four parts in one process and writes
-``docs/assets/bench/ps.json``:
+``python -m reference_impl.bench ps`` runs these parts in one process and writes
+``docs/assets/bench/ps.json`` (``--only PART`` runs one and replaces it in that file):
 
-* ``throughput``: ``sparse_table_pull`` + ``sparse_table_push`` (dedupe, sorted-index
-  lookup, row creation, gather, duplicate-summing gradient, SGD) in keys per second,
-  against a NumPy lower bound timed in the same run, interleaved: ``np.unique`` +
-  ``take`` + ``np.add.at`` + SGD on a dense table that already holds every row (so it
-  pays no index lookup and no row creation);
+* ``throughput``: ``sparse_table_pull`` + ``sparse_table_push`` (dedupe, index lookup,
+  row creation, gather, duplicate-summing gradient, SGD) in keys per second, against a
+  NumPy lower bound timed in the same run, interleaved: ``np.unique`` + ``take`` + gather
+  + scatter-add by ``np.bincount`` + SGD on a dense table that already holds every row
+  (so it pays no index lookup and no row creation); for a table that starts empty and
+  for one that already holds ~175,000 rows (``--only throughput`` re-measures just this);
 * ``traffic``: bytes sent per training step and step time on thread ranks (2 servers +
   2 workers for the parameter server; the same 2 workers all-reducing for the mirrored
   strategy), for a sparse embedding model at several vocabulary sizes and for a
@@ -29,6 +30,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -43,7 +45,15 @@ from ..models import feature_columns as fc
 from ..models.insteval import insteval_columns, load_insteval, train_test_split
 from ..models.strategies import mirrored_rank, ps_rank
 from ..models.wide_deep import WideDeep, auc, fit
-from ..ps import FTRL, SGD, Adagrad, ClusterSpec, ShardedSparseTable, sparse_table_pull, sparse_table_push
+from ..ps import (
+    FTRL,
+    SGD,
+    Adagrad,
+    ClusterSpec,
+    ShardedSparseTable,
+    sparse_table_pull,
+    sparse_table_push,
+)
 from ..ps.consistency import HashedLogReg, simulate
 from ..ps.embedding import embedding_lookup, embedding_lookup_grad
 from ..ps.hashing import uniform_from_ids
@@ -57,40 +67,59 @@ DEFAULT_OUT = Path("docs/assets/bench/ps.json")
 # --------------------------------------------------------------------------- throughput
 
 
-def throughput(batch: int, vocab: int, dim: int, repeats: int, seed: int = 0) -> dict[str, Any]:
-    """keys/s of pull+push through the temporary matrix vs the NumPy lower bound."""
+def throughput(batch: int, vocab: int, dim: int, repeats: int, warm_draws: int = 0,
+               seed: int = 0) -> dict[str, Any]:
+    """keys/s of pull+push through the temporary matrix vs the NumPy lower bound.
+
+    ``warm_draws == 0``: the table starts empty, so each batch creates the rows of its
+    first-seen ids (the start of training). Otherwise the table first pulls the distinct
+    ids of ``warm_draws`` earlier draws from the same distribution, untimed, so it holds
+    many more rows than a batch touches and fewer ids per batch are new (a long run).
+
+    Times are this thread's CPU time (``time.thread_time``), both implementations timed
+    in turn on every batch: on a machine shared with other work, being preempted does
+    not count, and both see the same cache and memory traffic. Both are single-threaded.
+    """
     rng = np.random.default_rng(seed)
     p = 1.0 / np.arange(1, vocab + 1) ** 1.05
-    batches = [rng.choice(vocab, batch, p=p / p.sum()) for _ in range(repeats + 1)]
+    p /= p.sum()
+    batches = [rng.choice(vocab, batch, p=p) for _ in range(repeats + 1)]
     table = ShardedSparseTable(1, dim, SGD(0.01))
-    dense = np.zeros((vocab, dim))
+    if warm_draws:
+        table.pull(np.unique(rng.choice(vocab, warm_draws, p=p)))
+    rows_before = len(table)
+    dense = np.full((vocab, dim), 0.0)  # np.full writes every page now: no first-touch faults in the timing
     grad_out = rng.standard_normal((batch, dim))
+    columns = np.arange(dim)
 
     def ours(ids):
         temp = sparse_table_pull(table, ids)
         embedding_lookup(temp)
         sparse_table_push(table, temp, embedding_lookup_grad(temp, grad_out))
 
-    def lower_bound(ids):
+    def lower_bound(ids):  # the cheapest plain-NumPy unique + take + gather + scatter-add + SGD
         unique, inverse = np.unique(ids, return_inverse=True)
         rows = dense.take(unique, axis=0)
         rows[inverse]
-        g = np.zeros_like(rows)
-        np.add.at(g, inverse, grad_out)
+        flat = (inverse[:, None] * dim + columns).ravel()  # scatter-add by bincount (add.at is ~4x slower)
+        g = np.bincount(flat, weights=grad_out.ravel(), minlength=rows.size).reshape(rows.shape)
         dense[unique] -= 0.01 * g
 
     ours(batches[0]), lower_bound(batches[0])  # warm up
     times: dict[str, list[float]] = {"sparse_table": [], "numpy_lower_bound": []}
     for ids in batches[1:]:
         for name, fn in (("sparse_table", ours), ("numpy_lower_bound", lower_bound)):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             fn(ids)
-            times[name].append(time.perf_counter() - t0)
+            times[name].append(time.thread_time() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return {"batch": batch, "vocab": vocab, "dim": dim, "repeats": repeats,
+    mean = {k: statistics.fmean(v) for k, v in times.items()}
+    return {"batch": batch, "vocab": vocab, "dim": dim, "repeats": repeats, "warm_draws": warm_draws,
+            "table_rows_before": rows_before, "table_rows_after": len(table),
             "unique_per_batch": float(np.mean([len(np.unique(b)) for b in batches])),
-            "median_s": med, "keys_per_s": {k: batch / v for k, v in med.items()},
-            "slowdown_vs_lower_bound": med["sparse_table"] / med["numpy_lower_bound"]}
+            "median_s": med, "mean_s": mean, "keys_per_s": {k: batch / v for k, v in med.items()},
+            "slowdown_vs_lower_bound": med["sparse_table"] / med["numpy_lower_bound"],
+            "mean_slowdown_vs_lower_bound": mean["sparse_table"] / mean["numpy_lower_bound"]}
 
 
 # --------------------------------------------------------------------------- traffic
@@ -159,7 +188,7 @@ def consistency(horizon: float, seeds: int) -> dict[str, Any]:
     over 10%..20%, not the luckiest dip of a noisy curve). BSP with a persistent 3x straggler
     pays 3x per round, so it needs ~45% of the horizon for the same loss: every model has room
     to get there, and the time it takes is the measurement."""
-    make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)  # noqa: E731
+    make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)
     out: dict[str, Any] = {"horizon": horizon, "seeds": seeds, "workers": 4, "slowdown": 3.0, "scenarios": {}}
     refs = [simulate("bsp", make(s), horizon=horizon, straggler=None, seed=s) for s in range(seeds)]
     targets = [r.mean_loss(0.10 * horizon, 0.20 * horizon) for r in refs]  # per seed
@@ -192,7 +221,7 @@ def consistency(horizon: float, seeds: int) -> dict[str, Any]:
 def wide_deep(epochs: int) -> dict[str, Any]:
     tr, ytr, te, yte = train_test_split(load_insteval())
     base, wide, deep = insteval_columns()
-    ftrl = lambda: FTRL(alpha=0.3, beta=1.0, l1=0.0, l2=3.0)  # noqa: E731
+    ftrl = lambda: FTRL(alpha=0.3, beta=1.0, l1=0.0, l2=3.0)
     models = {"logistic regression (base one-hot)": WideDeep(base, [], mode="wide", wide_optimizer=ftrl()),
               "wide only (base + crosses, FTRL)": WideDeep(wide, deep, mode="wide", wide_optimizer=ftrl()),
               "deep only (embeddings + MLP, Adagrad/Adam)": WideDeep(wide, deep, mode="deep"),
@@ -207,7 +236,7 @@ def wide_deep(epochs: int) -> dict[str, Any]:
     # The joint model again, with its tables on 2 parameter servers and the MLP all-reduced
     # between 2 workers (thread ranks): same batches, so the same model up to rounding.
     t0 = time.perf_counter()
-    build = lambda **kw: WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl(), **kw)  # noqa: E731
+    build = lambda **kw: WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl(), **kw)
     ranks = run_threads(4, ps_rank, ClusterSpec(2, 2), build, tr, ytr, te, yte, epochs, 256, timeout=600)
     joint = rows[-1]
     strategy = {"model": "wide & deep (joint), 2 servers + 2 workers", "auc": ranks[2]["auc"],
@@ -229,7 +258,7 @@ def wide_deep(epochs: int) -> dict[str, Any]:
     ids, labels = log.sample(60_000, seed=1)
     test_ids, test_labels = log.sample(10_000, seed=2)
     cols = [fc.dynamic_categorical_column(f"f{k}") for k in range(3)]
-    feats = lambda x: {f"f{k}": x[:, k] for k in range(3)}  # noqa: E731
+    feats = lambda x: {f"f{k}": x[:, k] for k in range(3)}
     model = WideDeep(cols, [], mode="wide", wide_optimizer=Adagrad(0.5, 1e-3), deep_optimizer=SGD(0.3))
     fit(model, feats(ids), labels, epochs=2, batch=256)
     click = model.evaluate(feats(test_ids), test_labels)
@@ -272,32 +301,52 @@ def collisions_by_buckets(side: int = 100) -> list[dict[str, Any]]:
     return out
 
 
+SECTIONS = ("throughput", "traffic", "consistency", "collisions", "wide_deep")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m reference_impl.bench ps", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the site)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
+    parser.add_argument("--only", choices=SECTIONS, action="append",
+                        help="run only this part (repeatable) and replace it in the existing --out file, "
+                             "keeping the other parts; its machine goes under 'section_machines'")
     args = parser.parse_args(argv)
     q = args.quick
-    print("throughput ...", flush=True)
-    thr = [throughput(b, 1_000_000, 16, 5 if q else 25) for b in ((4096,) if q else (1024, 8192, 65536))]
-    print("traffic ...", flush=True)
-    tra = traffic([100, 1000] if q else [100, 1000, 10_000, 50_000], 3 if q else 8, 256, 8)
-    print("consistency ...", flush=True)
-    con = consistency(40.0 if q else 300.0, 1 if q else 3)
-    col = collisions()
-    col_m = collisions_by_buckets()
-    print("wide & deep ...", flush=True)
-    wd = wide_deep(1 if q else 3)
-    document = {"benchmark": "ps", "machine": machine_info(mpi_library="not used (thread ranks)"),
-                "settings": {"quick": q}, "throughput": thr, "traffic": tra, "consistency": con, "collisions": col,
-                "collisions_by_buckets": col_m,
-                "wide_deep": wd}
+    run = set(args.only or SECTIONS)
+    if args.only and not args.out.exists():
+        parser.error(f"--only replaces parts of an existing file, and {args.out} does not exist")
+    parts: dict[str, Any] = {}
+    if "throughput" in run:
+        print("throughput ...", flush=True)
+        parts["throughput"] = [throughput(b, 1_000_000, 16, 5 if q else 41, warm)
+                               for warm in (0, 1_000_000) for b in ((4096,) if q else (1024, 8192, 65536))]
+    if "traffic" in run:
+        print("traffic ...", flush=True)
+        parts["traffic"] = traffic([100, 1000] if q else [100, 1000, 10_000, 50_000], 3 if q else 8, 256, 8)
+    if "consistency" in run:
+        print("consistency ...", flush=True)
+        parts["consistency"] = consistency(40.0 if q else 300.0, 1 if q else 3)
+    if "collisions" in run:
+        parts["collisions"] = collisions()
+        parts["collisions_by_buckets"] = collisions_by_buckets()
+    if "wide_deep" in run:
+        print("wide & deep ...", flush=True)
+        parts["wide_deep"] = wide_deep(1 if q else 3)
+    machine = machine_info(mpi_library="not used (thread ranks)")
+    if args.only:
+        document = json.loads(args.out.read_text(encoding="utf-8"))
+        document.update(parts)
+        document.setdefault("section_machines", {}).update({k: machine for k in parts})
+    else:
+        document = {"benchmark": "ps", "machine": machine, "settings": {"quick": q}, **parts}
     write_json(args.out, document)
     print(f"wrote {args.out}")
-    for t in thr:
-        print(f"batch {t['batch']}: {t['keys_per_s']['sparse_table']:.3g} keys/s, "
-              f"{t['slowdown_vs_lower_bound']:.2f}x the NumPy lower bound's time")
+    for t in parts.get("throughput", []):
+        print(f"batch {t['batch']} (table of {t['table_rows_before']} rows): "
+              f"{t['keys_per_s']['sparse_table']:.3g} keys/s, {t['slowdown_vs_lower_bound']:.2f}x the NumPy "
+              f"lower bound's time (mean {t['mean_slowdown_vs_lower_bound']:.2f}x)")
     return 0
 
 

@@ -10,7 +10,7 @@ dense code against it::
     local_index   [0, 2, 0, 1, 2]       -> position of each id in the unique list
     matrix        (3, dim)              -> the temporary embedding matrix
     forward       matrix[local_index]   -> an ordinary gather, shape (batch, dim)
-    backward      d_matrix = zeros(3, dim); add.at(d_matrix, local_index, d_out)
+    backward      d_matrix[local_index[i]] += d_out[i] for every i (a scatter-add)
                                         -> duplicates summed: row 7 gets two contributions
     push          (unique, d_matrix)    -> one gradient row per unique id
 
@@ -76,9 +76,12 @@ def embedding_lookup_grad(temp: TemporaryEmbedding, d_out: np.ndarray) -> np.nda
     expected = (*temp.local_index.shape, dim)
     if d_out.shape != expected:
         raise ValueError(f"embedding_lookup_grad: d_out has shape {d_out.shape}, expected {expected}")
-    d_matrix = np.zeros_like(temp.matrix)
-    np.add.at(d_matrix, temp.local_index.ravel(), d_out.reshape(-1, dim))
-    return d_matrix
+    # A scatter-add: d_matrix[local[i]] += d_out[i]. np.bincount does it in one C loop over
+    # the flat index local * dim + column (the same sums, in the same order, as
+    # np.add.at(d_matrix, local, d_out), which is several times slower on rows).
+    flat = (temp.local_index.reshape(-1, 1) * dim + np.arange(dim)).ravel()
+    sums = np.bincount(flat, weights=d_out.ravel(), minlength=temp.matrix.size)
+    return sums.reshape(temp.matrix.shape).astype(temp.matrix.dtype, copy=False)
 
 
 def sparse_table_push(table: RowStore, temp: TemporaryEmbedding, d_matrix: np.ndarray) -> None:

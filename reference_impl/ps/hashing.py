@@ -11,6 +11,8 @@ wrapping ``uint64`` arithmetic.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,8 @@ import numpy as np
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = (np.uint64(k) for k in (30, 27, 31, 11))
+_COLUMN = np.uint64(0x5851F42D4C957F2D)  # odd constant that spreads column numbers (uniform_from_ids)
 
 
 def as_ids(ids: Any, what: str = "ids") -> np.ndarray:
@@ -26,6 +30,8 @@ def as_ids(ids: Any, what: str = "ids") -> np.ndarray:
     Accepts integer arrays and Python integers that fit in 64 bits (signed or unsigned;
     an unsigned id above 2**63 keeps its bits and reads as a negative ``int64``).
     """
+    if type(ids) is np.ndarray and ids.dtype == np.int64:  # the common case, checked first: it is cheap
+        return ids
     if isinstance(ids, np.ndarray):
         arr = ids
     else:
@@ -49,10 +55,21 @@ def as_ids(ids: Any, what: str = "ids") -> np.ndarray:
 # --8<-- [start:splitmix]
 def splitmix64(ids: Any) -> np.ndarray:
     """SplitMix64 of every id: a well-mixed ``uint64`` for each ``int64``/``uint64`` input."""
-    z = as_ids(ids).view(np.uint64) + _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
+    return _mix(as_ids(ids).view(np.uint64) + _GOLDEN)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's three rounds on a fresh ``uint64`` array ``z``, in place:
+    ``z ^= z >> 30; z *= M1; z ^= z >> 27; z *= M2; z ^= z >> 31`` (one scratch array)."""
+    t = z >> _S30
+    z ^= t
+    z *= _M1
+    np.right_shift(z, _S27, out=t)
+    z ^= t
+    z *= _M2
+    np.right_shift(z, _S31, out=t)
+    z ^= t
+    return z
 
 
 def shard_of(ids: Any, n_shards: int) -> np.ndarray:
@@ -70,15 +87,25 @@ def group_by_shard(ids: np.ndarray, n_shards: int) -> tuple[np.ndarray, list[tup
     the replies back with ``out[order] = concatenated_replies``.
     """
     owner = shard_of(ids, n_shards)
+    if n_shards <= 1 << 16:  # small keys: NumPy's stable sort is then a linear-time radix sort
+        owner = owner.astype(np.uint8 if n_shards <= 1 << 8 else np.uint16)
     order = np.argsort(owner, kind="stable")
-    edges = np.searchsorted(owner[order], np.arange(n_shards + 1))
-    return order, [(int(edges[s]), int(edges[s + 1])) for s in range(n_shards)]
+    edges = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=n_shards))]).tolist()
+    return order, list(itertools.pairwise(edges))
 
 
 def load_imbalance(ids: Any, n_shards: int) -> float:
     """max/mean rows per shard: 1.0 is perfect balance, ``n_shards`` is everything on one."""
     counts = np.bincount(shard_of(ids, n_shards), minlength=n_shards)
     return float(counts.max() / counts.mean())
+
+
+@functools.lru_cache(maxsize=64)
+def _column_offsets(dim: int) -> np.ndarray:
+    """``column * C + GOLDEN`` for each column (read-only, computed once per width)."""
+    cols = np.arange(dim, dtype=np.uint64) * _COLUMN + _GOLDEN
+    cols.flags.writeable = False
+    return cols
 
 
 def uniform_from_ids(ids: np.ndarray, dim: int, seed: int) -> np.ndarray:
@@ -88,7 +115,12 @@ def uniform_from_ids(ids: np.ndarray, dim: int, seed: int) -> np.ndarray:
     id, so it does not matter which shard creates the row, or when, and a dense table built
     with the same function is an exact reference for the sparse one.
     """
-    base = splitmix64(as_ids(ids) ^ np.int64(seed)).view(np.int64)
-    cols = np.arange(dim, dtype=np.int64) * np.int64(0x5851F42D4C957F2D)
-    bits = splitmix64(base[:, None] + cols[None, :])
-    return (bits >> np.uint64(11)).astype(np.float64) * (2.0 / 2**53) - 1.0
+    base = splitmix64(as_ids(ids) ^ np.int64(seed))
+    # splitmix64(base + column * C) for every column; the + _GOLDEN of splitmix64 is folded
+    # into the column offsets (uint64 addition wraps, so the sum is the same), and the
+    # rounds run in place: this is the cost of creating a row, so it is kept to few passes.
+    bits = _mix(base[:, None] + _column_offsets(dim))
+    bits >>= _S11  # the top 53 bits: exactly representable in a float64
+    out = np.multiply(bits, 2.0 / 2**53, dtype=np.float64)  # exact: a 53-bit integer times a power of 2
+    out -= 1.0
+    return out

@@ -4,7 +4,8 @@ A dense embedding variable needs ``vocabulary x dim`` floats up front, and the
 vocabulary must be known. Recommender ids (users, items, crossed features) number in the
 billions, most of them seen once, so a sparse table stores only the rows it has seen:
 
-* a ``SparseTable`` is one shard: a map ``id -> row`` into a growing array of rows,
+* a ``SparseTable`` is one shard: a map ``id -> row`` (a ``RowIndex``, a hash table in
+  NumPy arrays) into a growing array of rows,
   plus the optimiser's state for those rows and a per-row update count;
 * a new id gets its row on first pull, from ``uniform_from_ids`` (a pure function of the
   id and the table's seed), so it does not matter which shard creates it or when;
@@ -19,6 +20,7 @@ import numpy as np
 
 from .hashing import as_ids, group_by_shard, uniform_from_ids
 from .optimizers import SGD, Optimizer
+from .row_index import RowIndex
 
 
 class SparseTable:
@@ -30,14 +32,14 @@ class SparseTable:
             raise ValueError(f"SparseTable {name!r}: dim must be >= 1, got {dim}")
         self.dim, self.name, self.seed, self.init_scale = dim, name, seed, init_scale
         self.optimizer = optimizer if optimizer is not None else SGD()
-        self.keys = np.zeros(0, dtype=np.int64)  # ids seen, sorted
-        self.rows = np.zeros(0, dtype=np.int64)  # rows[i]: the row of keys[i] in self.values
+        self.index = RowIndex()  # id -> row of self.values
+        self._last_lookup = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (ids, rows)
         self.values = np.zeros((16, dim))
         self.slots = self.optimizer.init_slots((16, dim))
         self.updates = np.zeros(16, dtype=np.int64)  # per-row step count (Adam's t)
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.index)
 
     def initial_rows(self, ids: np.ndarray) -> np.ndarray:
         """The value a row has before any update: a function of (id, seed) only."""
@@ -56,59 +58,60 @@ class SparseTable:
         self.updates = np.concatenate([self.updates, np.zeros(extra, dtype=np.int64)])
 
     def rows_of(self, ids: np.ndarray, create: bool) -> np.ndarray:
-        """Row numbers of ``ids``; new ids get rows (``create``) or raise ``KeyError``.
+        """Row numbers of ``ids`` (any shape, repeats allowed); new ids get rows (``create``)
+        or raise ``KeyError``.
 
-        The index is two arrays sorted by id (``keys`` and their ``rows``), searched with
-        ``np.searchsorted``: a vectorised dictionary that costs O(log n) per id and no
-        Python loop. New ids are merged in, in sorted order, and get the next free rows.
+        One ``RowIndex.find`` for the batch; the ids it does not know get the next free
+        rows, their initial values, and one ``RowIndex.insert``. Nothing here loops over ids
+        in Python. An id never changes row (a table only adds rows), so the answer of the
+        last lookup is kept: a push naming exactly the ids of the pull before it (what
+        ``sparse_table_push`` sends) costs one comparison instead of a second search.
         """
-        pos = np.searchsorted(self.keys, ids)
-        found = pos < len(self.keys)
-        found[found] = self.keys[pos[found]] == ids[found]
-        if not found.all():
-            if not create:
-                missing = ids[~found]
-                raise KeyError(
-                    f"sparse table {self.name!r}: push for {len(missing)} id(s) never pulled, "
-                    f"e.g. {missing[0]}; nothing was updated"
-                )
-            missing = ids[~found]
-            out = np.empty(len(ids), dtype=np.int64)
-            out[found] = self.rows[pos[found]]  # existing ids keep their rows; only positions shift
-            new = np.unique(missing)
-            start = len(self.keys)
-            self._grow(start + len(new))
-            self.values[start:start + len(new)] = self.initial_rows(new)
-            at = np.searchsorted(self.keys, new)
-            self.keys = np.insert(self.keys, at, new)
-            self.rows = np.insert(self.rows, at, np.arange(start, start + len(new)))
-            out[~found] = start + np.searchsorted(new, missing)  # new ids got rows in sorted order
-            return out
-        return self.rows[pos]
+        ids = as_ids(ids)
+        flat = ids.ravel()
+        last_ids, last_rows = self._last_lookup
+        if len(flat) == len(last_ids) and (flat == last_ids).all():
+            return last_rows.reshape(ids.shape).copy()  # a copy: the caller may write to it
+        rows = self.index.find(flat)
+        missing = rows < 0
+        if not missing.any():
+            self._last_lookup = (flat.copy(), rows.copy())  # copies: the caller may reuse its arrays
+            return rows.reshape(ids.shape)
+        if not create:
+            raise KeyError(
+                f"sparse table {self.name!r}: push for {int(missing.sum())} id(s) never pulled, "
+                f"e.g. {flat[missing][0]}; nothing was updated"
+            )
+        new, which = flat[missing], slice(None)
+        if not is_strictly_increasing(new):  # not a batch's unique ids: sort, fold repeats
+            new, which = np.unique(new, return_inverse=True)
+        start = len(self.index)
+        new_rows = np.arange(start, start + len(new))
+        self._grow(start + len(new))
+        np.multiply(uniform_from_ids(new, self.dim, self.seed), self.init_scale,
+                    out=self.values[start:start + len(new)])  # = initial_rows(new), written in place
+        self.index.insert_sorted(new, new_rows)
+        rows[missing] = new_rows[which]
+        self._last_lookup = (flat.copy(), rows.copy())
+        return rows.reshape(ids.shape)
 
     def pull(self, ids: np.ndarray) -> np.ndarray:
         """A copy of the rows of ``ids`` (``(len(ids), dim)``), creating new ones."""
-        rows = self.rows_of(as_ids(ids), create=True)  # may grow (replace) self.values
-        return self.values[rows]
+        rows = self.rows_of(ids, create=True)  # may grow (replace) self.values
+        return self.values.take(rows, axis=0)  # take: a faster gather than values[rows]
 
     def push(self, ids: np.ndarray, grads: np.ndarray) -> None:
         """Apply ``grads[i]`` to row ``ids[i]`` with the optimiser; ids must be unique and pulled."""
-        ids = as_ids(ids)
-        grads = np.asarray(grads)
-        if grads.shape != (len(ids), self.dim):
-            raise ValueError(
-                f"sparse table {self.name!r}: push of {len(ids)} ids needs gradients of shape "
-                f"{(len(ids), self.dim)}, got {grads.shape}"
-            )
-        if not np.all(np.isfinite(grads)):
-            raise ValueError(f"sparse table {self.name!r}: push contains NaN or inf gradients")
-        rows = self.rows_of(ids, create=False)
-        if len(np.unique(rows)) != len(rows):
-            raise ValueError(f"sparse table {self.name!r}: push names an id twice; sum duplicates first")
-        self.updates[rows] += 1
-        w = self.values[rows]
-        state = {k: v[rows] for k, v in self.slots.items()}
-        self.optimizer.apply(w, grads, state, self.updates[rows])
+        ids, grads = check_push(self.name, self.dim, ids, grads)
+        self.apply_rows(self.rows_of(ids, create=False), grads)
+
+    def apply_rows(self, rows: np.ndarray, grads: np.ndarray) -> None:
+        """The optimiser step on ``rows`` (distinct, existing; ``push`` has checked them)."""
+        steps = self.updates.take(rows) + 1
+        self.updates[rows] = steps
+        w = self.values.take(rows, axis=0)
+        state = {k: v.take(rows, axis=0) for k, v in self.slots.items()}
+        self.optimizer.apply(w, grads, state, steps)
         self.values[rows] = w
         for k, v in state.items():
             self.slots[k][rows] = v
@@ -116,7 +119,7 @@ class SparseTable:
     def nbytes(self) -> int:
         """Bytes held for rows and optimiser state (grows with rows seen, not vocabulary)."""
         return int(self.values.nbytes + sum(v.nbytes for v in self.slots.values()) + self.updates.nbytes
-                   + self.keys.nbytes + self.rows.nbytes)
+                   + self.index.nbytes)
 
 
 class ShardedSparseTable:
@@ -136,25 +139,42 @@ class ShardedSparseTable:
         if self.n_shards == 1:  # nothing to route
             return self.shards[0].pull(ids)
         order, bounds = group_by_shard(ids, self.n_shards)
+        routed = ids[order]  # sorted ids stay sorted within each shard's slice (a stable sort)
         out = np.empty((len(ids), self.dim))
-        for shard, (lo, hi) in zip(self.shards, bounds):
-            out[order[lo:hi]] = shard.pull(ids[order[lo:hi]])
+        out[order] = np.concatenate([shard.pull(routed[lo:hi]) for shard, (lo, hi) in zip(self.shards, bounds)])
         return out
 
     def push(self, ids: np.ndarray, grads: np.ndarray) -> None:
-        ids = as_ids(ids)
-        grads = np.asarray(grads)
         if self.n_shards == 1:  # the shard checks the whole push before changing anything
             return self.shards[0].push(ids, grads)
-        if grads.shape != (len(ids), self.dim):
-            raise ValueError(f"sparse table {self.name!r}: gradients of shape {grads.shape} for "
-                             f"{len(ids)} ids of dim {self.dim}")
-        if not np.all(np.isfinite(grads)):
-            raise ValueError(f"sparse table {self.name!r}: push contains NaN or inf gradients")
-        if len(np.unique(ids)) != len(ids):
-            raise ValueError(f"sparse table {self.name!r}: push names an id twice; sum duplicates first")
+        ids, grads = check_push(self.name, self.dim, ids, grads)
         order, bounds = group_by_shard(ids, self.n_shards)
-        for shard, (lo, hi) in zip(self.shards, bounds):  # check all shards before changing any
-            shard.rows_of(ids[order[lo:hi]], create=False)
-        for shard, (lo, hi) in zip(self.shards, bounds):
-            shard.push(ids[order[lo:hi]], grads[order[lo:hi]])
+        routed, routed_grads = ids[order], grads[order]
+        # Look every shard's rows up before changing any: a push naming a row never pulled
+        # raises here and leaves all shards untouched.
+        rows = [shard.rows_of(routed[lo:hi], create=False) for shard, (lo, hi) in zip(self.shards, bounds)]
+        for shard, shard_rows, (lo, hi) in zip(self.shards, rows, bounds):
+            shard.apply_rows(shard_rows, routed_grads[lo:hi])
+
+
+def is_strictly_increasing(ids: np.ndarray) -> bool:
+    """True if ``ids`` is sorted with no repeats (what ``np.unique`` returns): an O(n) test."""
+    return not (ids[1:] <= ids[:-1]).any()
+
+
+def check_push(name: str, dim: int, ids: np.ndarray, grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, grads)`` as arrays, or a ``ValueError`` naming the table and what is wrong.
+
+    Checked before any row changes: gradients of shape ``(len(ids), dim)``, all finite, and
+    no id twice (a push carries one summed gradient per id).
+    """
+    ids = as_ids(ids)
+    grads = np.asarray(grads)
+    if grads.shape != (len(ids), dim):
+        raise ValueError(f"sparse table {name!r}: push of {len(ids)} ids needs gradients of shape "
+                         f"{(len(ids), dim)}, got {grads.shape}")
+    if not np.isfinite(grads).all():
+        raise ValueError(f"sparse table {name!r}: push contains NaN or inf gradients")
+    if not is_strictly_increasing(ids) and len(np.unique(ids)) != len(ids):
+        raise ValueError(f"sparse table {name!r}: push names an id twice; sum duplicates first")
+    return ids, grads

@@ -162,3 +162,25 @@ def test_a_damaged_newest_checkpoint_resumes_from_the_older_one_with_the_input_r
     with pytest.warns(UserWarning, match="step 10: .*not valid JSON"):
         again.train(input_fn, max_steps=15)
     assert again.history == whole.history[5:]
+
+
+def test_evaluate_predict_and_export_after_training_with_a_slot_optimiser(tmp_path):
+    """The checkpoint holds Adam's moments and step counter; the evaluation and prediction graphs
+    have no optimiser, so those are left out there, and the weights still come back exactly."""
+    est = Estimator(model_fn, tmp_path / "model", params={"adam": True}, progress=False)
+    est.train(input_fn, steps=6)
+    state, _ = load_checkpoint(tmp_path / "model")
+    assert any("/Adam/" in k for k in state)
+    result = est.evaluate(lambda ctx: Dataset.from_arrays(X, Y).batch(128).map(lambda b: ({"x": b[0]}, b[1])))
+    logits = numpy_forward(state, X).astype(np.float64)
+    logp = logits - logits.max(1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(1, keepdims=True))
+    assert result["global_step"] == 6
+    assert result["loss"] == pytest.approx(-logp[np.arange(512), Y].mean(), rel=1e-5)
+    np.testing.assert_allclose(est.predict({"x": X[:5]})["logits"], numpy_forward(state, X[:5]), rtol=1e-5, atol=1e-6)
+    predict = load_exported(est.export(tmp_path / "export", {"x": X[:2]}))
+    np.testing.assert_allclose(predict({"x": X[:5]})["logits"], numpy_forward(state, X[:5]), rtol=1e-5, atol=1e-6)
+    wider = Estimator(model_fn, tmp_path / "model", params={"adam": True, "hidden": 32}, progress=False)
+    with pytest.raises(ModelMismatchError, match="'dense/kernel': checkpoint has \\(8, 16\\) float32, the model has "
+                                                 "\\(8, 32\\) float32"):
+        wider.predict({"x": X[:2]})

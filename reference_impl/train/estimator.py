@@ -42,7 +42,12 @@ import reference_impl.graph as g
 
 from ..comm.allreduce import allreduce
 from ..comm.communicator import Communicator
-from .checkpoint import latest_step, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    ModelMismatchError,
+    latest_step,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 TRAIN, EVAL, PREDICT = "train", "eval", "predict"
 
@@ -152,11 +157,26 @@ class Estimator:
                             f"got {type(features).__name__}")
         return {k: np.asarray(v) for k, v in features.items()}, None if labels is None else np.asarray(labels)
 
-    def _restore_latest(self, built: _Built) -> int:
-        """Load the newest good checkpoint into ``built``; its step, or 0 when there is none."""
+    def _restore_latest(self, built: _Built, training: bool = True) -> int:
+        """Load the newest good checkpoint into ``built``; its step, or 0 when there is none.
+
+        A training graph must match the checkpoint exactly. An evaluation or prediction graph
+        has no optimiser, so the checkpoint's optimiser state (slots, step counter) is left
+        out; every variable the graph does have must still be there, with its shape and dtype.
+        """
         if latest_step(self.model_dir) is None:
             return 0
-        state, step = load_checkpoint(self.model_dir, like=built.state())
+        like = built.state()
+        if training:
+            state, step = load_checkpoint(self.model_dir, like=like)
+        else:
+            state, step = load_checkpoint(self.model_dir)
+            problems = [f"missing in checkpoint: {k!r} {v.shape}" for k, v in like.items() if k not in state] + [
+                f"{k!r}: checkpoint has {state[k].shape} {state[k].dtype}, the model has {v.shape} {v.dtype}"
+                for k, v in like.items() if k in state and (state[k].shape, state[k].dtype) != (v.shape, v.dtype)]
+            if problems:
+                raise ModelMismatchError(f"{self.model_dir} (step {step}): checkpoint is from a different model:\n  "
+                                         + "\n  ".join(problems))
         built.restore(state)
         return step
 
@@ -236,7 +256,7 @@ class Estimator:
             features, labels = self._split(batch)
             if built is None:
                 built = _Built(self.model_fn, self.params, EVAL, features, labels)
-                global_step = self._restore_latest(built)
+                global_step = self._restore_latest(built, training=False)
             fetches = {"loss": built.spec.loss, **built.spec.eval_metrics}
             feed = {built.features[k]: v for k, v in features.items()}
             if built.labels is not None:
@@ -254,7 +274,7 @@ class Estimator:
     def predict(self, features: dict[str, np.ndarray]) -> Any:
         """The model's predictions for one batch of ``features``, at the newest checkpoint."""
         built = _Built(self.model_fn, self.params, PREDICT, {k: np.asarray(v) for k, v in features.items()}, None)
-        self._restore_latest(built)
+        self._restore_latest(built, training=False)
         out = built.session.run(built.spec.predictions, {built.features[k]: v for k, v in features.items()})
         built.session.close()
         return out
@@ -263,7 +283,7 @@ class Estimator:
         """Write the PREDICT graph (GraphDef JSON) and the newest checkpoint's variables to ``export_dir``."""
         built = _Built(self.model_fn, self.params, PREDICT, {k: np.asarray(v) for k, v in example_features.items()},
                        None)
-        step = self._restore_latest(built)
+        step = self._restore_latest(built, training=False)
         preds = built.spec.predictions
         outputs = {k: t.name for k, t in preds.items()} if isinstance(preds, dict) else {"predictions": preds.name}
         export_dir = Path(export_dir)

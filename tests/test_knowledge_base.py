@@ -269,6 +269,34 @@ def test_concept_page_names_an_id_and_links_an_exercise(page: Path) -> None:
         assert not anchor or anchor in anchors_of(exercises), f"{page.name}: {link} is not a section of the exercises page"
 
 
+FIGURE = re.compile(r"\]\(\.\./assets/bench/([a-z0-9_]+)-([a-z0-9_-]+)\.svg\)")
+DIAGRAM = re.compile(r"\]\(\.\./assets/diagrams/([a-z0-9_-]+\.svg)\)")
+SNIPPET = re.compile(r'^--8<-- "((?:reference_impl|grader)/[^":]+)(?::([a-z_]+))?"$', re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", concept_pages(), ids=lambda p: p.name)
+def test_concept_page_has_a_measured_figure_a_diagram_and_code_from_source(page: Path) -> None:
+    """Issue 9's bar for a concept page: a plot of committed benchmark JSON, a diagram, real code."""
+    text = page.read_text(encoding="utf-8")
+    figures = FIGURE.findall(text)
+    assert figures, f"{page.name} shows no measured figure (![...](../assets/bench/<benchmark>-<kind>.svg))"
+    for stem, kind in figures:
+        assert (DOCS / "assets" / "bench" / f"{stem}.json").is_file(), \
+            f"{page.name}: figure {stem}-{kind}.svg has no committed benchmark JSON {stem}.json"
+    diagrams = DIAGRAM.findall(text)
+    assert diagrams, f"{page.name} shows no diagram (![...](../assets/diagrams/<name>.svg))"
+    for name in diagrams:
+        assert (DOCS / "assets" / "diagrams" / name).is_file(), f"{page.name}: diagram {name} does not exist"
+    snippets = SNIPPET.findall(text)
+    assert snippets, f"{page.name} renders no code from reference_impl/ or grader/ (--8<-- snippet)"
+    for path, section in snippets:
+        source = ROOT / path
+        assert source.is_file(), f"{page.name}: snippet source {path} does not exist"
+        if section:
+            assert f"--8<-- [start:{section}]" in source.read_text(encoding="utf-8"), \
+                f"{page.name}: {path} has no snippet section {section!r}"
+
+
 def test_every_exercise_names_an_existing_concept_page() -> None:
     notebooks = sorted((ROOT / "exercises" / "source").glob("*/*.ipynb"))
     assert notebooks, "no exercise notebooks found"

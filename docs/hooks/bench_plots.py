@@ -20,6 +20,7 @@ from pathlib import Path
 
 import plot_allreduce
 import plot_alpha_beta
+import plot_autodiff
 import plot_cluster
 import plot_collectives
 import plot_custom_ops
@@ -29,10 +30,14 @@ import plot_distributed_session
 import plot_grading
 import plot_graph
 import plot_interconnects
+import plot_optimisers
 import plot_overlap
+import plot_passes
 import plot_pipeline
 import plot_ps
+import plot_ps_cluster
 import plot_training
+import plot_training_loop
 import plotkit
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
@@ -42,9 +47,10 @@ log = logging.getLogger("mkdocs.hooks.bench_plots")
 BENCH_URI = "assets/bench"
 PLOTTERS = {
     m.NAME: m.plot
-    for m in (plot_allreduce, plot_alpha_beta, plot_cluster, plot_collectives, plot_custom_ops, plot_deploy,
-              plot_determinism, plot_distributed_session,
-              plot_grading, plot_graph, plot_interconnects, plot_overlap, plot_pipeline, plot_ps, plot_training)
+    for m in (plot_allreduce, plot_alpha_beta, plot_autodiff, plot_cluster, plot_collectives, plot_custom_ops,
+              plot_deploy, plot_determinism, plot_distributed_session, plot_grading, plot_graph,
+              plot_interconnects, plot_optimisers, plot_overlap, plot_passes, plot_pipeline, plot_ps,
+              plot_ps_cluster, plot_training, plot_training_loop)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")

@@ -3,14 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from . import allreduce, alpha_beta, cluster, collectives, determinism, interconnects, overlap
-from . import grading, graph
-from . import distributed_session
-from . import pipeline
-from . import custom_ops
-from . import training
-from . import ps
-from . import deploy
+from . import (allreduce, alpha_beta, autodiff, cluster, collectives, custom_ops, deploy, determinism,
+               distributed_session, grading, graph, interconnects, optimisers, overlap, passes, pipeline, ps,
+               ps_cluster, training, training_loop)
 
 BENCHMARKS = {
     "allreduce": allreduce.main,
@@ -25,7 +20,12 @@ BENCHMARKS = {
     "custom_ops": custom_ops.main,
     "training": training.main,
     "ps": ps.main,
+    "ps_cluster": ps_cluster.main,
     "deploy": deploy.main,
+    "autodiff": autodiff.main,
+    "passes": passes.main,
+    "optimisers": optimisers.main,
+    "training_loop": training_loop.main,
     "grading": grading.main,
     "cluster": cluster.main,  # needs root: it builds a virtual cluster of network namespaces
 }

@@ -33,6 +33,24 @@ def _mlp(widths=(16, 32, 32, 10), seed=0):
     return g, sess, x, h
 
 
+@pytest.fixture(params=["entry", "ctypes"])
+def crossing(request, monkeypatch):
+    """Run a test through both ways into the compiled code: the C entry point (``c_entry``, built
+    where Python's headers are) and ctypes with pinned buffers (the fallback without them)."""
+    import importlib
+
+    jit_module = importlib.import_module("reference_impl.compiler.jit")
+    if request.param == "ctypes":
+        monkeypatch.setattr(jit_module, "python_include_dir", lambda: None)
+    elif jit_module.python_include_dir() is None:
+        pytest.skip("no Python headers here: the C entry point is not built")
+    return request.param
+
+
+def _check_crossing(f, crossing: str) -> None:
+    assert (f._entry is not None) == (crossing == "entry")
+
+
 # ---------------------------------------------------------------- freezing
 def test_freeze_turns_variables_into_constants_with_current_values():
     g, sess, x, y = _mlp()
@@ -211,7 +229,7 @@ def test_dense_weights_packed_in_panels():
         x = G.placeholder("float32", (None, 70), name="x")
         y = G.matmul(x, G.constant(w))
     f = jit(G.Session(g), y, [x], target="c")
-    assert f.formats == {y.op.name: "dense"} and "float acc[4][64]" in f.source
+    assert f.formats == {y.op.name: "dense"} and "float acc[2][64]" in f.source
     for batch in (1, 3):
         xs = rng.normal(size=(batch, 70)).astype(np.float32)
         np.testing.assert_allclose(f(xs), xs @ w, rtol=1e-5, atol=1e-4)
@@ -338,7 +356,7 @@ def test_bitmask_pack_round_trips_and_the_portable_kernel_agrees(tmp_path):
     np.testing.assert_allclose(out, xs @ w, rtol=1e-5, atol=1e-5)
 
 
-def test_c_results_are_fresh_arrays_and_calls_are_thread_safe():
+def test_c_results_are_fresh_arrays_and_calls_are_thread_safe(crossing):
     """Small batches go through buffers the runner owns: what a call returns must not change when
     a later call (or another thread) runs, and a batch too big to pin takes the direct path."""
     from concurrent.futures import ThreadPoolExecutor
@@ -347,6 +365,7 @@ def test_c_results_are_fresh_arrays_and_calls_are_thread_safe():
 
     _, sess, x, y = _mlp(seed=11)
     f = jit(sess, y, [x], target="c")
+    _check_crossing(f, crossing)
     rng = np.random.default_rng(12)
     a, b = rng.normal(size=(1, 16)).astype(np.float32), rng.normal(size=(1, 16)).astype(np.float32)
     ra = f(a)
@@ -362,3 +381,102 @@ def test_c_results_are_fresh_arrays_and_calls_are_thread_safe():
         want = sess.run(y, {x: v})
         for r in rs:
             np.testing.assert_allclose(r, want, rtol=1e-5, atol=1e-5)
+
+
+def test_pinned_fast_path_still_names_a_wrong_feed(crossing):
+    """After a call has made the pinned slot for a shape, inputs that differ only in dtype, byte
+    order or shape must still get the checked path's error, never reach the C code."""
+    _, sess, x, y = _mlp(seed=13)
+    f = jit(sess, y, [x], target="c")
+    _check_crossing(f, crossing)
+    good = np.ones((2, 16), np.float32)
+    f(good)
+    assert f(good).shape == (2, 10)  # the second call takes the pinned slot
+    with pytest.raises(TypeError, match="feed x:0 must be float32, got float64"):
+        f(np.ones((2, 16)))
+    with pytest.raises(TypeError, match="feed x:0 must be float32"):
+        f(np.ones((2, 16), ">f4"))  # float32 in the other byte order: the C code would misread it
+    with pytest.raises(ValueError, match=r"feed x:0 must have shape \(None, 16\), got \(2, 17\)"):
+        f(np.ones((2, 17), np.float32))
+    with pytest.raises(TypeError, match="expected 1 feed arrays"):
+        f(good, good)
+    rng = np.random.default_rng(14)
+    wide = rng.normal(size=(2, 32)).astype(np.float32)
+    np.testing.assert_allclose(f(wide[:, ::2]), sess.run(y, {x: wide[:, ::2]}), rtol=1e-5, atol=1e-5)
+    fortran = np.asfortranarray(wide[:, :16])  # same shape and dtype, other memory order
+    np.testing.assert_allclose(f(fortran), sess.run(y, {x: fortran}), rtol=1e-5, atol=1e-5)
+
+
+def test_c_outputs_never_share_memory_between_calls(crossing):
+    _, sess, x, y = _mlp(seed=15)
+    f = jit(sess, [y, x * 2.0], [x], target="c")  # two fetches: the general pinned slot
+    _check_crossing(f, crossing)
+    rng = np.random.default_rng(16)
+    a, b = rng.normal(size=(1, 16)).astype(np.float32), rng.normal(size=(1, 16)).astype(np.float32)
+    ra = f(a)
+    ra_copy = [r.copy() for r in ra]
+    rb = f(b)
+    for r_a, r_b, kept in zip(ra, rb, ra_copy):
+        assert not np.shares_memory(r_a, r_b)
+        np.testing.assert_array_equal(r_a, kept)  # the later call did not write into it
+    np.testing.assert_allclose(rb[0], sess.run(y, {x: b}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rb[1], 2 * b, rtol=1e-6)
+
+
+def test_two_feeds_through_the_pinned_slot(crossing):
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 8), name="x")
+        z = G.placeholder("float32", (None, 8), name="z")
+        y = G.relu(x * z + x)
+    sess = G.Session(g)
+    f = jit(sess, y, [x, z], target="c")
+    _check_crossing(f, crossing)
+    rng = np.random.default_rng(17)
+    for _ in range(3):  # the first call makes the slot, the others use it
+        a, b = rng.normal(size=(3, 8)).astype(np.float32), rng.normal(size=(3, 8)).astype(np.float32)
+        np.testing.assert_allclose(f(a, b), sess.run(y, {x: a, z: b}), rtol=1e-6, atol=1e-6)
+    with pytest.raises(TypeError, match="feed z:0 must be float32, got float64"):
+        f(a, b.astype(np.float64))
+    with pytest.raises(ValueError, match="batch size 2, another feed has 3"):
+        f(a, b[:2])
+
+
+def test_intermediates_on_the_stack_or_the_heap_give_the_same_results():
+    """Small batches keep the intermediates in a stack block, large ones in one malloc'd block."""
+    from reference_impl.compiler.c_codegen import STACK_FLOATS
+
+    _, sess, x, y = _mlp(seed=18)
+    f = jit(sess, y, [x], target="c")
+    assert "on_stack" in f.source and "malloc(" in f.source
+    rng = np.random.default_rng(19)
+    for n in (1, 7, STACK_FLOATS // 32 + 1):  # the last needs more than STACK_FLOATS floats
+        xs = rng.normal(size=(n, 16)).astype(np.float32)
+        np.testing.assert_allclose(f(xs), sess.run(y, {x: xs}), rtol=1e-5, atol=1e-5)
+
+
+def test_a_buffer_that_is_not_an_ndarray_still_works_after_the_slot_exists(crossing):
+    """A memoryview has a shape but no dtype; a read-only array and an empty batch are fine too."""
+    _, sess, x, y = _mlp(seed=20)
+    f = jit(sess, y, [x], target="c")
+    _check_crossing(f, crossing)
+    xs = np.random.default_rng(21).normal(size=(1, 16)).astype(np.float32)
+    f(xs)  # the slot for shape (1, 16)
+    np.testing.assert_allclose(f(memoryview(xs)), sess.run(y, {x: xs}), rtol=1e-5, atol=1e-5)
+    xs.flags.writeable = False
+    np.testing.assert_allclose(f(xs), sess.run(y, {x: xs}), rtol=1e-5, atol=1e-5)
+    assert f(np.ones((0, 16), np.float32)).shape == (0, 10)
+
+
+def test_an_entry_point_that_does_not_build_falls_back_to_ctypes(monkeypatch, tmp_path):
+    """Headers that do not compile (here: a folder without Python.h) cost the fast entry point,
+    not the function: the graph is built again and called through ctypes."""
+    import importlib
+
+    jit_module = importlib.import_module("reference_impl.compiler.jit")
+    monkeypatch.setattr(jit_module, "python_include_dir", lambda: tmp_path)
+    _, sess, x, y = _mlp(widths=(5, 3), seed=22)
+    f = jit(sess, y, [x], target="c", cache_dir=tmp_path)
+    assert f._entry is None
+    xs = np.ones((2, 5), np.float32)
+    np.testing.assert_allclose(f(xs), sess.run(y, {x: xs}), rtol=1e-6, atol=1e-6)

@@ -32,9 +32,29 @@ def test_committed_results_come_from_a_full_run():
     for batch, series in sweep["seconds"].items():
         assert {"dense_blas", "jit_csr", "jit_bitmask", "csr_numpy", "jit_dense"} <= set(series), batch
         assert all(len(v) == len(sweep["densities"]) for v in series.values())
-    assert set(data["mlp"]["seconds"]) == {"interpreter", "numpy", "jit_numpy", "jit_c", "jit_c_kernel_only",
-                                             "int8_numpy", "int8_c"}
-    assert max(data["mlp"]["max_abs_error_vs_interpreter"][k] for k in ("numpy", "jit_numpy", "jit_c")) < 1e-3
+    assert set(data["mlp"]["seconds"]) == {"interpreter", "numpy", "jit_numpy", "jit_c", "jit_c_ctypes", "jit_c_kernel_only",
+                                             "int8_numpy", "int8_c", "read_weights_only"}
+    assert max(data["mlp"]["max_abs_error_vs_interpreter"][k] for k in ("numpy", "jit_numpy", "jit_c", "jit_c_ctypes")) < 1e-3
     acc = data["accuracy"]
     assert set(acc["gradual"]) == {"layer", "global", "block", "row"}
     assert all(len(v) == len(acc["sparsities"]) for v in acc["gradual"].values())
+
+
+def jit_page_figures(data: dict) -> str:
+    """The sentence of docs/concepts/jit-compilation.md that quotes the batch-1 MLP results."""
+    s, m = data["mlp"]["seconds"], data["mlp"]
+    us = {k: v * 1e6 for k, v in s.items()}
+    return (f"the interpreter took {us['interpreter']:.1f} µs per inference and the JIT's C "
+            f"{us['jit_c']:.1f} µs, {s['interpreter'] / s['jit_c']:.1f}× faster (through ctypes "
+            f"{us['jit_c_ctypes']:.1f} µs); the library call alone took {us['jit_c_kernel_only']:.1f} µs, "
+            f"and a C loop that only reads as many floats as the MLP has weights "
+            f"({m['weight_bytes'] / 1e3:.0f} kB) took {us['read_weights_only']:.1f} µs "
+            f"({m['weight_bytes'] / s['read_weights_only'] / 1e9:.0f} GB/s): a ceiling of "
+            f"{s['interpreter'] / s['read_weights_only']:.1f}× over the interpreter for any kernel that "
+            f"reads every weight once")
+
+
+def test_the_jit_page_quotes_the_committed_results():
+    page = " ".join((ROOT / "docs" / "concepts" / "jit-compilation.md").read_text(encoding="utf-8").split())
+    want = jit_page_figures(json.loads(RESULTS.read_text(encoding="utf-8")))
+    assert want in page, f"update docs/concepts/jit-compilation.md to say: {want}"

@@ -20,7 +20,8 @@ NAME = "deploy"
 LABELS = {"dense_blas": "dense BLAS (NumPy @)", "csr_scipy": "SciPy CSR", "csr_numpy": "our NumPy CSR", "bsr_numpy": "our NumPy BSR, 4×4 blocks (block-pruned W)",
           "jit_csr": "JIT: CSR, arrays inlined", "jit_bitmask": "JIT: 16-bit masks + packed weights (AVX-512 expand)", "jit_dense": "JIT: dense C loop",
           "interpreter": "graph interpreter", "jit_c_kernel_only": "JIT → C, the library call alone", "numpy": "hand-written NumPy", "jit_numpy": "JIT → NumPy source",
-          "jit_c": "JIT → C, weights inlined", "int8_numpy": "int8, NumPy", "int8_c": "int8, C"}
+          "jit_c": "JIT → C, weights inlined (C entry point)", "jit_c_ctypes": "JIT → C, called through ctypes", "int8_numpy": "int8, NumPy", "int8_c": "int8, C",
+          "read_weights_only": "floor: a C loop that only reads the weights"}
 STYLE = {"dense_blas": ("C0", "-"), "csr_scipy": ("C1", "--"), "csr_numpy": ("C2", ":"), "bsr_numpy": ("C8", ":"), "jit_csr": ("C3", "-"),
          "jit_dense": ("C4", "-."), "jit_bitmask": ("C5", "-")}
 
@@ -75,6 +76,9 @@ def _mlp_figure(data: dict[str, Any], machine: str) -> bytes:
     ax.barh(range(len(names)), [m["seconds"][k] * 1e6 for k in names], color=[f"C{i}" for i in range(len(names))])
     ax.set_yticks(range(len(names)), [LABELS.get(k, k) for k in names])
     ax.invert_yaxis()
+    ax.axvline(m["seconds"]["interpreter"] * 1e6 / 10, color="0.3", ls="--", lw=0.8,
+               label="10× faster than the interpreter")
+    ax.legend(fontsize=7, loc="lower right")
     ax.set_xlabel("µs per inference (best of the repeats)")
     ax.set_title(f"MLP {'-'.join(map(str, m['widths']))}, batch {m['batch']}")
     return svg(fig)

@@ -3,11 +3,15 @@
 ``python -m reference_impl.bench deploy`` measures, in one process (implementations timed in
 turn, repeat by repeat, so they share the machine's state):
 
-Times are the best of ``--repeats`` batches of calls (see ``per_call``).
+Times are the best of ``--repeats`` batches of calls (see ``per_call``); the MLP's calls take
+microseconds, so its section takes ``MLP_REPEAT_FACTOR`` times as many batches (still under two
+seconds), which makes its best less sensitive to other work on a shared machine.
 
 * ``mlp``: batch-1 inference of a 256-256-256-10 ReLU MLP: the graph interpreter
   (``Session.run``), hand-written NumPy, ``jit`` to NumPy source, ``jit`` to C with the weights
-  compiled in, and the int8 model in NumPy and in C;
+  compiled in (the whole call through its C entry point, the whole call through ctypes, and
+  the library call alone), and the int8 model in NumPy and in C;
+  plus the floor: a C loop that only reads as many floats as the MLP has weights;
 * ``sweep``: ``x @ W`` for a 1024×1024 ``W`` at densities 1–100 %, batch 1 and 64: dense BLAS
   (NumPy's ``@``), our NumPy CSR kernel, our NumPy BSR kernel on a 4×4-block-pruned ``W`` of
   the same density (structured vs unstructured), SciPy's CSR kernel, and the JIT's sparse kernels
@@ -26,6 +30,7 @@ BLAS runs on ``--blas-threads`` threads (default 1: the C kernels are single-thr
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import resource
 import sys
@@ -47,6 +52,7 @@ DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 BATCHES = (1, 64)
 UNROLLED_NNZ = (1024, 2048, 4096, 8192)  # unrolled kernels compiled for the compile-time curve
 SPARSITIES = (0.5, 0.8, 0.9, 0.95, 0.98)
+MLP_REPEAT_FACTOR = 4
 
 
 def per_call(impls: dict[str, Callable[[], Any]], repeats: int, budget_s: float = 0.005) -> dict[str, float]:
@@ -72,6 +78,49 @@ def per_call(impls: dict[str, Callable[[], Any]], repeats: int, budget_s: float 
 
 
 # ---------------------------------------------------------------- batch-1 MLP
+#: the floor of a batch-1 MLP: each weight is used once, so the kernel can be no faster than
+#: reading every weight once. 128 partial sums (8 AVX-512 registers): no addition waits for
+#: the previous one, so the loop runs at the speed the cache delivers the floats.
+READ_WEIGHTS_C = """#include <stdint.h>
+float read_weights(const float *restrict w, int64_t n) {
+    float acc[128] = {0.0f};
+    for (int64_t i = 0; i + 128 <= n; i += 128)
+        for (int64_t j = 0; j < 128; j++) acc[j] += w[i + j];
+    float s = 0.0f;
+    for (int64_t j = 0; j < 128; j++) s += acc[j];
+    return s;
+}
+"""
+
+
+def read_weights_call(params: list[np.ndarray], cache_dir: Path) -> Callable[[], float]:
+    """A call that reads as many float32 values as ``params`` hold (rounded down to 128), from a
+    64-byte-aligned copy, through the same ctypes path as the JIT's library: the time the MLP's
+    compiled kernel could not beat however its loops were written."""
+    from reference_impl.compiler.jit import C_FLAGS
+    from reference_impl.toolchain import build_shared_library, load_library
+
+    flat = np.concatenate([p.ravel() for p in params]).astype(np.float32)
+    n = flat.size - flat.size % 128
+    raw = np.zeros(n + 16, np.float32)
+    start = (-raw.ctypes.data % 64) // 4
+    w = raw[start:start + n]
+    w[:] = flat[:n]
+    fn = load_library(build_shared_library(READ_WEIGHTS_C, name="read_weights", flags=C_FLAGS,
+                                           cache_dir=cache_dir)).read_weights
+    fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_void_p, ctypes.c_int64]
+    args = (ctypes.c_void_p(w.ctypes.data), ctypes.c_int64(n))
+    want = float(np.sum(w, dtype=np.float64))
+    if abs(fn(*args) - want) > 1e-3 * max(1.0, float(np.abs(w).sum())):
+        raise AssertionError("read_weights does not sum the weights")
+
+    def call() -> float:
+        return fn(*args)
+
+    call.keep = (raw, fn)  # the buffer and the library live as long as the call
+    return call
+
+
 def bench_mlp(repeats: int, cache_dir: Path) -> dict[str, Any]:
     import reference_impl.graph as G
     from reference_impl.compiler import jit
@@ -94,25 +143,30 @@ def bench_mlp(repeats: int, cache_dir: Path) -> dict[str, Any]:
         sess.run(G.global_variables_initializer())
     xs = rng.normal(size=(1, MLP_WIDTHS[0])).astype(np.float32)
     f_c, f_np = jit(sess, h, [x], "c", cache_dir=cache_dir), jit(sess, h, [x], "numpy")
+    # the same library called through ctypes, as where Python's headers are missing (c_entry)
+    f_ctypes = jit(sess, h, [x], "c", cache_dir=cache_dir, c_entry=False)
     q = QuantizedMLP.from_float(params, rng.normal(size=(256, MLP_WIDTHS[0])).astype(np.float32))
     q_c = compile_int8(q, cache_dir=cache_dir)
     # the compiled kernel alone: the same library call with the checks and allocation done once,
     # to split jit_c's time into the C code and the cost of crossing from Python into it
     lib = f_c._run.library.graph_main
     out = np.empty((1, MLP_WIDTHS[-1]), np.float32)
-    ptrs = [xs.ctypes.data, out.ctypes.data]
+    args = (ctypes.c_int64(1), ctypes.c_void_p(xs.ctypes.data), ctypes.c_void_p(out.ctypes.data))
 
     def kernel_only() -> np.ndarray:
-        lib(1, *ptrs)
+        lib(*args)
         return out
 
     impls = {"interpreter": lambda: sess.run(h, {x: xs}), "numpy": lambda: float_mlp(params, xs),
-             "jit_numpy": lambda: f_np(xs), "jit_c": lambda: f_c(xs), "jit_c_kernel_only": kernel_only,
+             "jit_numpy": lambda: f_np(xs), "jit_c": lambda: f_c(xs), "jit_c_ctypes": lambda: f_ctypes(xs),
+             "jit_c_kernel_only": kernel_only,
              "int8_numpy": lambda: q(xs), "int8_c": lambda: q_c(xs)}
     want = sess.run(h, {x: xs})
     errors = {k: float(np.abs(fn() - want).max()) for k, fn in impls.items()}
+    impls["read_weights_only"] = read_weights_call(params, cache_dir)
     seconds = per_call(impls, repeats)
     return {"widths": list(MLP_WIDTHS), "batch": 1, "seconds": seconds, "max_abs_error_vs_interpreter": errors,
+            "weight_bytes": int(sum(p.nbytes for p in params)),
             "speedup_vs_interpreter": {k: seconds["interpreter"] / v for k, v in seconds.items()},
             "report": [list(r) for r in f_c.report]}
 
@@ -296,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lab-deploy-") as tmp:  # compile times are real, not cache hits
         cache = Path(tmp)
         print("batch-1 MLP ...", flush=True)
-        mlp = bench_mlp(args.repeats, cache)
+        mlp = bench_mlp(MLP_REPEAT_FACTOR * args.repeats, cache)
         print("density sweep ...", flush=True)
         sweep = bench_sweep(args.repeats, cache, densities, UNROLLED_NNZ[:2] if args.quick else UNROLLED_NNZ)
     print("roofline ...", flush=True)
@@ -307,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "benchmark": "deploy",
         "machine": machine_info(mpi_library="not used (single process)"),
-        "settings": {"repeats": args.repeats, "quick": args.quick, "blas_threads": args.blas_threads or "library default",
+        "settings": {"repeats": args.repeats, "mlp_repeats": MLP_REPEAT_FACTOR * args.repeats, "quick": args.quick,
+                     "blas_threads": args.blas_threads or "library default",
                      "c_flags": " ".join(C_FLAGS) + f" (unrolled kernels: {' '.join(C_FLAGS_UNROLLED)})", "dtype": "float32"},
         "mlp": mlp, "sweep": sweep, "roofline": roof, "accuracy": accuracy,
         "total_seconds": time.perf_counter() - t_start,

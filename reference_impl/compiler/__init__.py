@@ -3,7 +3,7 @@
 ``freeze`` (variables → constants), the passes ``algebraic_simplification`` and
 ``elementwise_fusion`` (CSE, constant folding and dead-code removal are the graph runtime's
 own), the code generators ``generate_numpy`` and ``generate_c``, and ``jit``, which chains
-them and returns a ``CompiledFunction``.
+them and returns a ``CompiledFunction`` (``c_entry`` writes the Python-to-C call in C).
 """
 from .c_codegen import UnsupportedOpError, choose_format, generate_c
 from .freeze import freeze

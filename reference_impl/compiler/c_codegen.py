@@ -2,11 +2,12 @@
 
 The generated library exports ``int graph_main(int64_t n, const float *x0, ..., float *y0, ...)``:
 ``n`` is the batch size (the one dimension allowed to be unknown, ``None``, at build time),
-``x*`` the feeds and ``y*`` the fetches, all C-contiguous float32. It returns 0, or 1 if an
-intermediate buffer could not be allocated. What it supports: float32 tensors of rank ≤ 2
-whose only unknown dimension is the leading one, and the ops Placeholder, Const, Identity,
-MatMul, Softmax (last axis), every op in ``fusion.ELEMENTWISE`` and ``FusedElementwise``;
-anything else raises ``UnsupportedOpError`` naming the op (use ``target="numpy"`` for it).
+``x*`` the feeds and ``y*`` the fetches, all C-contiguous float32. It returns 0, or 1 if the
+intermediates could not be allocated (they share one block: on the stack for a small batch, so
+an inference calls no allocator, from ``malloc`` for a large one). What it supports: float32
+tensors of rank ≤ 2 whose only unknown dimension is the leading one, and the ops Placeholder,
+Const, Identity, MatMul, Softmax (last axis), every op in ``fusion.ELEMENTWISE`` and
+``FusedElementwise``; anything else raises ``UnsupportedOpError`` naming the op (use ``target="numpy"`` for it).
 
 A ``MatMul`` whose right operand is a constant weight matrix ``W`` (K×N) is emitted in one of
 three forms (``matmul_format``; ``"auto"`` picks by density and size, see ``choose_format``):
@@ -56,8 +57,12 @@ INLINE_MAX = 65_536
 #: width of the packed panels of a dense weight matrix (outputs whose sums stay in registers)
 PANEL = 64
 #: independent sets of panel sums (rows of a panel dealt round-robin): a multiply-add takes
-#: several cycles to produce its result, so one set would make each wait for the previous one
-KSPLIT = 4
+#: about 4 cycles to produce its result and a core starts 2 per cycle, so 8 independent chains
+#: (2 sets × 64 floats = 2 × 4 AVX-512 registers) keep it busy; with one set each waits for the
+#: previous one, and more sets only add broadcasts and additions
+KSPLIT = 2
+#: intermediates of at most this many floats live on the stack, larger ones in one malloc'd block
+STACK_FLOATS = 8_192
 #: outputs per function in unrolled code (the compiler's time grows faster than linearly with
 #: the size of one function).
 UNROLL_CHUNK = 32
@@ -332,9 +337,9 @@ class _Emitter:
 
         For one panel the loop keeps running sums in registers and streams the panel once: one
         load and one multiply-add per weight, no reloading and storing of the output row for
-        every k as the plain row-major loop does. ``KSPLIT`` sets of PANEL sums take the rows
-        k ≡ 0, 1, 2, 3 (mod 4) of the panel, so consecutive multiply-adds never wait for each
-        other's result; the sets are added at the end."""
+        every k as the plain row-major loop does. ``KSPLIT`` sets of PANEL sums take turns over
+        the rows of the panel (set u adds rows k ≡ u mod KSPLIT), so consecutive multiply-adds
+        do not wait for each other's result; the sets are added at the end."""
         body = kdim - kdim % KSPLIT
         total = " + ".join(f"acc[{u}][jj]" for u in range(KSPLIT))
         self.body += [
@@ -471,15 +476,32 @@ class _Emitter:
         if self.intrinsics:
             lines[-1:] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif", ""]
         lines += self.globals + [""] + self.helpers + ["", f"int graph_main({', '.join(params)}) {{"]
-        for name, size in self.buffers:
-            lines.append(f"    float *{name} = malloc(sizeof(float) * ({size}) + 1);")
-        if self.buffers:
-            lines.append(f"    if ({' || '.join(f'!{b}' for b, _ in self.buffers)}) {{")
-            lines += [f"        free({b});" for b, _ in self.buffers] + ["        return 1;", "    }"]
+        lines += self._scratch()
         lines += self.body
         lines += copies
-        lines += [f"    free({b});" for b, _ in self.buffers] + ["    return 0;", "}"]
+        if self.buffers:
+            lines.append("    if (scratch != on_stack) free(scratch);")
+        lines += ["    return 0;", "}"]
         return "\n".join(lines) + "\n"
+
+    def _scratch(self) -> list[str]:
+        """The intermediates as slices of one block, each starting on a 64-byte boundary: on the
+        stack when they fit in ``STACK_FLOATS`` (a small batch: no allocator call per
+        inference), else from ``malloc`` (a large batch would overflow a thread's stack)."""
+        if not self.buffers:
+            return []
+        lines = ["    /* intermediates: one block, on the stack for small batches, else malloc'd */",
+                 f"    _Alignas(64) float on_stack[{STACK_FLOATS}];"]
+        offset = "0"
+        for name, size in self.buffers:
+            lines.append(f"    const int64_t {name}_at = {offset};")
+            offset = f"{name}_at + ((({size}) + 15) & ~(int64_t)15)"
+        lines += [f"    const int64_t scratch_floats = {offset};",
+                  (f"    float *scratch = scratch_floats <= {STACK_FLOATS} ? on_stack "
+                   ": malloc(sizeof(float) * scratch_floats);"),
+                  "    if (!scratch) return 1;"]
+        lines += [f"    float *{name} = scratch + {name}_at;" for name, _ in self.buffers]
+        return lines
 
 
 def generate_c(graph: Graph, feeds: list[str], fetches: list[str], matmul_format: str = "auto",

@@ -17,15 +17,17 @@ static void W_1_0(const float *restrict xr, float *restrict yr) {
 }
 
 int graph_main(int64_t n, const float *restrict x0, float *restrict y0) {
-    float *t4 = malloc(sizeof(float) * ((int64_t)1*n*3) + 1);
-    float *t5 = malloc(sizeof(float) * ((int64_t)1*n*3) + 1);
-    float *t6 = malloc(sizeof(float) * ((int64_t)1*n*2) + 1);
-    if (!t4 || !t5 || !t6) {
-        free(t4);
-        free(t5);
-        free(t6);
-        return 1;
-    }
+    /* intermediates: one block, on the stack for small batches, else malloc'd */
+    _Alignas(64) float on_stack[8192];
+    const int64_t t4_at = 0;
+    const int64_t t5_at = t4_at + ((((int64_t)1*n*3) + 15) & ~(int64_t)15);
+    const int64_t t6_at = t5_at + ((((int64_t)1*n*3) + 15) & ~(int64_t)15);
+    const int64_t scratch_floats = t6_at + ((((int64_t)1*n*2) + 15) & ~(int64_t)15);
+    float *scratch = scratch_floats <= 8192 ? on_stack : malloc(sizeof(float) * scratch_floats);
+    if (!scratch) return 1;
+    float *t4 = scratch + t4_at;
+    float *t5 = scratch + t5_at;
+    float *t6 = scratch + t6_at;
     /* x (Placeholder) */
     /* W1 (Const) */
     /* b1 (Const) */
@@ -57,8 +59,6 @@ int graph_main(int64_t n, const float *restrict x0, float *restrict y0) {
         W_1_0(xr, yr);
     }
     memcpy(y0, t6, sizeof(float) * ((int64_t)1*n*2));
-    free(t4);
-    free(t5);
-    free(t6);
+    if (scratch != on_stack) free(scratch);
     return 0;
 }

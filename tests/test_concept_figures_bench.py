@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from reference_impl.bench.harness import BLAS_THREAD_VARS
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "assets" / "bench"
 CONCEPTS = ROOT / "docs" / "concepts"
@@ -59,7 +61,7 @@ def test_autodiff_benchmark_writes_json_and_the_plotter_reads_it(tmp_path, monke
     from reference_impl.bench.__main__ import BENCHMARKS
 
     assert BENCHMARKS["autodiff"] is autodiff.main  # so `make bench` and the command line find it
-    for var in autodiff.THREAD_VARS:  # as if re-started with one BLAS thread: main runs here, no exec
+    for var in BLAS_THREAD_VARS:  # as if re-started with one BLAS thread: main runs here, no exec
         monkeypatch.setenv(var, "1")
     out = tmp_path / "autodiff.json"
     assert autodiff.main(["--quick", "--repeats", "2", "--out", str(out)]) == 0

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
 import sys
 import time
@@ -34,11 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/autodiff.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 HIDDEN = (2, 4, 8, 16, 32, 72)  # n = 2h^2 + 3h + 1 parameters: 15 ... 10 585
 QUICK_HIDDEN = (2, 4)
 BATCH = 128
@@ -142,10 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("need --repeats >= 1")
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported; CPU time is the work only on one thread.
-        env = {**os.environ, **{v: "1" for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "autodiff", *argv], env)
+    restart_with_blas_threads("autodiff", argv)  # CPU time measures the work only on one BLAS thread
 
     rows = []
     for h in QUICK_HIDDEN if args.quick else HIDDEN:

@@ -20,7 +20,6 @@ library's default.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -29,14 +28,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/graph.json")
 WIDTHS = (784, 512, 512, 10)
 BATCH = 128
 LR = 0.01
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _data(seed: int = 0) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
@@ -161,11 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.chain < 1 or args.blas_threads < 0:
         parser.error("need --repeats >= 1, --chain >= 1 and --blas-threads >= 0")
-    want = str(args.blas_threads)
-    if args.blas_threads and any(os.environ.get(v) != want for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported: start again with it set.
-        env = {**os.environ, **{v: want for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "graph", *argv], env)
+    if args.blas_threads:
+        restart_with_blas_threads("graph", argv, args.blas_threads)
 
     x, y, params = _data()
     graph_step, sess = graph_step_fn(x, y, [p.copy() for p in params])

@@ -8,7 +8,9 @@ worker (runs on every rank, prints one JSON line per result from rank 0). The pi
   rank's (a collective is done when the last rank is done);
 * ``mpi_job``: one ``mpiexec`` run, its lines streamed to a callback (progress bars),
   killed whole by a watchdog at the deadline, so a hung job never hangs the driver;
-* ``write_json``: the result file, written atomically (temporary file + rename).
+* ``write_json``: the result file, written atomically (temporary file + rename);
+* ``restart_with_blas_threads``: single-process benchmarks that time CPU work pin BLAS to a
+  known thread count, which BLAS reads only when NumPy is imported, so they start again.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -118,3 +121,19 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def restart_with_blas_threads(benchmark: str, argv: list[str], threads: int = 1) -> None:
+    """Re-run ``python -m reference_impl.bench BENCHMARK ARGV`` with BLAS on ``threads`` threads.
+
+    Returns at once if the environment already says so (the restarted process, or a test
+    that sets the variables to run ``main`` in-process); otherwise replaces this process.
+    """
+    want = str(threads)
+    if all(os.environ.get(v) == want for v in BLAS_THREAD_VARS):
+        return
+    env = {**os.environ, **{v: want for v in BLAS_THREAD_VARS}}
+    os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", benchmark, *argv], env)

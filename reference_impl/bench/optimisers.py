@@ -24,7 +24,6 @@ other processes stealing BLAS threads.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -35,11 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/optimisers.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def optimiser_factories() -> dict[str, Callable[[float], Any]]:
@@ -194,10 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.steps, args.seeds, args.params, args.repeats) < 1:
         parser.error("--steps, --seeds, --params and --repeats must be >= 1")
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported: start again with it set.
-        env = {**os.environ, **{v: "1" for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "optimisers", *argv], env)
+    restart_with_blas_threads("optimisers", argv)  # CPU time measures the work only on one BLAS thread
 
     q = args.quick
     settings = {"widths": [64, 64, 10], "batch": 32, "steps": 20 if q else args.steps,

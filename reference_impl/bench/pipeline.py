@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -27,11 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/pipeline.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 WIDTH, N_LAYERS, MICRO = 256, 8, 32
 STAGES = (1, 2, 4, 8)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -141,10 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("need --repeats >= 1")
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported; CPU-time measurement needs one thread.
-        env = {**os.environ, **{v: "1" for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "pipeline", *argv], env)
+    restart_with_blas_threads("pipeline", argv)  # CPU time measures the work only on one BLAS thread
 
     stages = STAGES[:3] if args.quick else STAGES
     micro = MICRO_BATCHES[:4] if args.quick else MICRO_BATCHES

@@ -20,7 +20,6 @@ float16/float32 step-time ratio, which is measured in one process, interleaved.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -30,11 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/training.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 INITS = {
     "normal(0.05)": ("normal", {"stddev": 0.05}),
     "truncated_normal(0.05)": ("truncated_normal", {"stddev": 0.05}),
@@ -215,10 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("need --seeds >= 1")
-    if any(os.environ.get(v) != "1" for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported: start again with it set.
-        env = {**os.environ, **{v: "1" for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "training", *argv], env)
+    restart_with_blas_threads("training", argv)  # CPU time measures the work only on one BLAS thread
 
     q = args.quick
     settings = {

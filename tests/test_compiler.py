@@ -135,6 +135,54 @@ def test_fusion_stops_at_a_fetched_or_shared_intermediate():
     assert fused.get_operation_by_name(y.op.name).type == "FusedElementwise"  # Tanh + Mul
 
 
+def test_fused_kernel_equals_the_unfused_graph_bit_for_bit_and_leaves_its_inputs_alone():
+    """The values are those of the unfused graph exactly, and neither the feed nor a constant
+    is written (steps free their results as they go, they never reuse an input's array)."""
+    rng = np.random.default_rng(3)
+    mean, scale = rng.normal(size=256).astype(np.float32), rng.random(256).astype(np.float32) + 0.5
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, 256), name="x")
+        m, s = G.constant(mean), G.constant(scale)
+        h = G.relu((x - m) * s + m * 2.0)       # m * 2.0: a small step result, broadcast
+        y = G.sqrt(G.square(G.sigmoid(h)) + 1.0) - G.tanh(x)
+    fused = elementwise_fusion(g, keep=[y.op.name])
+    op = fused.get_operation_by_name(y.op.name)
+    assert op.type == "FusedElementwise" and len(op.attrs["program"]) >= 9
+    for batch in (1, 64):
+        xs = rng.normal(size=(batch, 256)).astype(np.float32)
+        before = xs.copy()
+        np.testing.assert_array_equal(G.Session(fused).run(op.outputs[0], {"x:0": xs}), G.Session(g).run(y, {x: xs}))
+        np.testing.assert_array_equal(xs, before)
+    np.testing.assert_array_equal(m.op.attrs["value"], mean)
+
+
+def test_fused_kernel_frees_each_step_after_its_last_reader():
+    """A chain of 8 steps on a 4 MB array: the unfused interpreter holds about two such arrays
+    at a time, and so must the fused kernel (keeping every step's result would hold eight)."""
+    import tracemalloc
+
+    from reference_impl.compiler.fusion import _run_program, last_reads
+
+    program = [["Exp", [["in", 0]]], ["Add", [["step", 0], ["in", 1]]], ["Mul", [["step", 1], ["in", 0]]],
+               ["Tanh", [["step", 2]]], ["Sub", [["in", 0], ["step", 3]]], ["Sigmoid", [["step", 4]]],
+               ["Square", [["step", 5]]], ["Relu", [["step", 6]]]]
+    assert last_reads(program) == [[], [0], [1], [2], [3], [4], [5], [6]]
+    x = np.random.default_rng(5).normal(size=(1024, 1024)).astype(np.float32)
+    c = np.float32(0.5) * np.ones(1024, np.float32)
+    before = x.copy()
+    ref = np.maximum(np.square(0.5 * (np.tanh(0.5 * (x - np.tanh((np.exp(x) + c) * x))) + 1)), 0)
+    tracemalloc.start()
+    try:
+        out = _run_program([x, c], {"program": program, "frees": last_reads(program)}, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(out, ref.astype(np.float32))
+    np.testing.assert_array_equal(x, before)
+    assert peak < 3.5 * x.nbytes, f"the fused kernel held {peak / x.nbytes:.1f} arrays of the batch's size at once"
+
+
 # ---------------------------------------------------------------- jit
 @pytest.mark.parametrize("target", ["numpy", "c"])
 def test_jit_mlp_matches_session(target):

@@ -20,8 +20,9 @@ NAME = "deploy"
 LABELS = {"dense_blas": "dense BLAS (NumPy @)", "csr_scipy": "SciPy CSR", "csr_numpy": "our NumPy CSR", "bsr_numpy": "our NumPy BSR, 4×4 blocks (block-pruned W)",
           "jit_csr": "JIT: CSR, arrays inlined", "jit_bitmask": "JIT: 16-bit masks + packed weights (AVX-512 expand)", "jit_dense": "JIT: dense C loop",
           "interpreter": "graph interpreter", "jit_c_kernel_only": "JIT → C, the library call alone", "numpy": "hand-written NumPy", "jit_numpy": "JIT → NumPy source",
-          "jit_c": "JIT → C, weights inlined (C entry point)", "jit_c_ctypes": "JIT → C, called through ctypes", "int8_numpy": "int8, NumPy", "int8_c": "int8, C",
-          "read_weights_only": "floor: a C loop that only reads the weights"}
+          "jit_c": "JIT → C, weights inlined (C entry point)", "jit_c_ctypes": "JIT → C, called through ctypes", "int8_numpy": "int8, NumPy", "int8_c": "int8, C (vpdpbusd with AVX-512 VNNI)",
+          "int8_c_portable": "int8, C, portable loops",
+          "read_weights_only": "floor: a C loop that only reads the float32 weights"}
 STYLE = {"dense_blas": ("C0", "-"), "csr_scipy": ("C1", "--"), "csr_numpy": ("C2", ":"), "bsr_numpy": ("C8", ":"), "jit_csr": ("C3", "-"),
          "jit_dense": ("C4", "-."), "jit_bitmask": ("C5", "-")}
 
@@ -38,6 +39,10 @@ def _check(path: Path, data: dict[str, Any]) -> None:
             raise bad(path, f"sweep batch {b}: every series needs one time per density, dense_blas included")
     if not isinstance(data["mlp"].get("seconds"), dict) or "interpreter" not in data["mlp"]["seconds"]:
         raise bad(path, "'mlp.seconds' must give the interpreter's time and the others'")
+    rounds = data["mlp"].get("rounds", [])
+    if not isinstance(rounds, list) or any(not isinstance(r, dict) or set(r.get("seconds", {})) != set(data["mlp"]["seconds"])
+                                           for r in rounds):
+        raise bad(path, "'mlp.rounds' must be a list of rounds, each with a time for every implementation")
 
 
 def _sweep_figure(data: dict[str, Any], batch: str, machine: str) -> bytes:
@@ -69,17 +74,29 @@ def _sweep_figure(data: dict[str, Any], batch: str, machine: str) -> bytes:
     return svg(fig)
 
 
+def _mlp_label(name: str, m: dict[str, Any]) -> str:
+    """The MLP row's label; the int8 C row says whether this CPU ran its VNNI kernel."""
+    if name == "int8_c" and m.get("uses_vnni") is False:
+        return "int8, C (no AVX-512 VNNI on this CPU: portable loops)"
+    return LABELS.get(name, name)
+
+
 def _mlp_figure(data: dict[str, Any], machine: str) -> bytes:
     m = data["mlp"]
     names = list(m["seconds"])
     fig, ax = figure(f"Measured on {machine}")
     ax.barh(range(len(names)), [m["seconds"][k] * 1e6 for k in names], color=[f"C{i}" for i in range(len(names))])
-    ax.set_yticks(range(len(names)), [LABELS.get(k, k) for k in names])
+    rounds = m.get("rounds", [])
+    for r in rounds:
+        ax.plot([r["seconds"][k] * 1e6 for k in names], range(len(names)), "k|", ms=7, alpha=0.6)
+    ax.set_yticks(range(len(names)), [_mlp_label(k, m) for k in names])
     ax.invert_yaxis()
     ax.axvline(m["seconds"]["interpreter"] * 1e6 / 10, color="0.3", ls="--", lw=0.8,
                label="10× faster than the interpreter")
     ax.legend(fontsize=7, loc="lower right")
-    ax.set_xlabel("µs per inference (best of the repeats)")
+    ax.set_xscale("log")  # from the int8 NumPy row (hundreds of µs) to the int8 kernel (a few)
+    ax.set_xlabel(f"µs per inference, log scale (bars: the median of {len(rounds)} rounds; ticks: every round)"
+                  if rounds else "µs per inference, log scale (best of the repeats)")
     ax.set_title(f"MLP {'-'.join(map(str, m['widths']))}, batch {m['batch']}")
     return svg(fig)
 
@@ -137,10 +154,23 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     figs.update(mlp=_mlp_figure(data, machine), compile=_compile_figure(data, machine),
                 accuracy=_accuracy_figure(data, machine))
     m, sw, roof, acc = data["mlp"], data["sweep"], data["roofline"], data["accuracy"]
-    lines = ["**Batch-1 MLP** " + "-".join(map(str, m["widths"])) + ":", "",
-             "| implementation | best time | speed-up over the interpreter |", "|---|---:|---:|"]
+    rounds = m.get("rounds", [])
+    title = "**Batch-1 MLP** " + "-".join(map(str, m["widths"]))
+    if rounds:
+        title += (f", the median of {len(rounds)} rounds (each the best of {data['settings'].get('mlp_repeats')} "
+                  "repeats), with the range of the speed-ups over all rounds")
+    lines = [title + ":", "",
+             "| implementation | time | speed-up over the interpreter |" + (" range over rounds |" if rounds else ""),
+             "|---|---:|---:|" + ("---:|" if rounds else "")]
     for k, t in m["seconds"].items():
-        lines.append(f"| {LABELS.get(k, k)} | {human_time(t)} | {m['seconds']['interpreter'] / t:.1f}× |")
+        spread = [r["speedup_vs_interpreter"][k] for r in rounds]
+        lines.append(f"| {_mlp_label(k, m)} | {human_time(t)} | {m['seconds']['interpreter'] / t:.1f}× |"
+                     + (f" {min(spread):.1f}–{max(spread):.1f}× |" if rounds else ""))
+    if "int8_c" in m["seconds"] and "read_weights_only" in m["seconds"]:
+        floor, q8 = m["seconds"]["read_weights_only"], m["seconds"]["int8_c"]
+        lines += ["", (f"int8 in C against the float32 floor (reading the {human_bytes(m['weight_bytes'], 3)} of "
+                       f"float32 weights once): {floor / q8:.2f}× {'faster' if q8 < floor else 'slower'}; against the "
+                       f"JIT's float32 C: {m['seconds']['jit_c'] / q8:.2f}×.")]
     if m.get("report"):
         lines += ["", "Op counts through the JIT's passes for this MLP: " + ", ".join(
             f"{name} {before}→{after}" for name, before, after in m["report"]) + "."]

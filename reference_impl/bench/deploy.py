@@ -4,13 +4,15 @@
 turn, repeat by repeat, so they share the machine's state):
 
 Times are the best of ``--repeats`` batches of calls (see ``per_call``); the MLP's calls take
-microseconds, so its section takes ``MLP_REPEAT_FACTOR`` times as many batches (still under two
-seconds), which makes its best less sensitive to other work on a shared machine.
+microseconds, so its section takes ``MLP_REPEAT_FACTOR`` times as many batches (a few seconds),
+which makes its best less sensitive to other work on a shared machine, and runs ``--rounds``
+such measurements one after another: each round is recorded, so the spread between runs is in
+the file, and the median round is the headline.
 
 * ``mlp``: batch-1 inference of a 256-256-256-10 ReLU MLP: the graph interpreter
   (``Session.run``), hand-written NumPy, ``jit`` to NumPy source, ``jit`` to C with the weights
   compiled in (the whole call through its C entry point, the whole call through ctypes, and
-  the library call alone), and the int8 model in NumPy and in C;
+  the library call alone), and the int8 model in NumPy and in C (VNNI and portable loops);
   plus the floor: a C loop that only reads as many floats as the MLP has weights;
 * ``sweep``: ``x @ W`` for a 1024×1024 ``W`` at densities 1–100 %, batch 1 and 64: dense BLAS
   (NumPy's ``@``), our NumPy CSR kernel, our NumPy BSR kernel on a 4×4-block-pruned ``W`` of
@@ -31,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import resource
 import sys
 import tempfile
@@ -41,11 +42,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/deploy.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 MLP_WIDTHS = (256, 256, 256, 10)
 SHAPE = (1024, 1024)
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
@@ -121,7 +121,9 @@ def read_weights_call(params: list[np.ndarray], cache_dir: Path) -> Callable[[],
     return call
 
 
-def bench_mlp(repeats: int, cache_dir: Path) -> dict[str, Any]:
+def bench_mlp(repeats: int, cache_dir: Path, rounds_n: int = 5) -> dict[str, Any]:
+    """The batch-1 MLP section: ``rounds_n`` independent rounds of ``per_call`` over every
+    implementation (each round interleaves them), every round recorded, the median one the headline."""
     import reference_impl.graph as G
     from reference_impl.compiler import jit
     from reference_impl.quantize import QuantizedMLP, compile_int8, float_mlp
@@ -147,6 +149,7 @@ def bench_mlp(repeats: int, cache_dir: Path) -> dict[str, Any]:
     f_ctypes = jit(sess, h, [x], "c", cache_dir=cache_dir, c_entry=False)
     q = QuantizedMLP.from_float(params, rng.normal(size=(256, MLP_WIDTHS[0])).astype(np.float32))
     q_c = compile_int8(q, cache_dir=cache_dir)
+    q_portable = compile_int8(q, cache_dir=cache_dir, simd=False)  # the same bytes, plain loops
     # the compiled kernel alone: the same library call with the checks and allocation done once,
     # to split jit_c's time into the C code and the cost of crossing from Python into it
     lib = f_c._run.library.graph_main
@@ -160,14 +163,30 @@ def bench_mlp(repeats: int, cache_dir: Path) -> dict[str, Any]:
     impls = {"interpreter": lambda: sess.run(h, {x: xs}), "numpy": lambda: float_mlp(params, xs),
              "jit_numpy": lambda: f_np(xs), "jit_c": lambda: f_c(xs), "jit_c_ctypes": lambda: f_ctypes(xs),
              "jit_c_kernel_only": kernel_only,
-             "int8_numpy": lambda: q(xs), "int8_c": lambda: q_c(xs)}
+             "int8_numpy": lambda: q(xs), "int8_c": lambda: q_c(xs), "int8_c_portable": lambda: q_portable(xs)}
     want = sess.run(h, {x: xs})
     errors = {k: float(np.abs(fn() - want).max()) for k, fn in impls.items()}
+    int8_want = q(xs)
+    int8_exact = all(np.array_equal(f(xs), int8_want) for f in (q_c, q_portable))
+    if not int8_exact:
+        raise AssertionError("the int8 C kernels do not reproduce QuantizedMLP bit for bit")
     impls["read_weights_only"] = read_weights_call(params, cache_dir)
-    seconds = per_call(impls, repeats)
-    return {"widths": list(MLP_WIDTHS), "batch": 1, "seconds": seconds, "max_abs_error_vs_interpreter": errors,
-            "weight_bytes": int(sum(p.nbytes for p in params)),
-            "speedup_vs_interpreter": {k: seconds["interpreter"] / v for k, v in seconds.items()},
+    rounds = []
+    for _ in range(rounds_n):
+        seconds = per_call(impls, repeats)
+        rounds.append({"seconds": seconds, "speedup_vs_interpreter": {k: seconds["interpreter"] / v
+                                                                      for k, v in seconds.items()}})
+    # the headline is one whole round (its numbers were measured together): the median by the
+    # JIT's speed-up, so neither the luckiest nor the unluckiest round
+    order = sorted(range(rounds_n), key=lambda r: rounds[r]["speedup_vs_interpreter"]["jit_c"])
+    median = order[(rounds_n - 1) // 2]
+    spread = {k: [min(r["speedup_vs_interpreter"][k] for r in rounds), max(r["speedup_vs_interpreter"][k]
+                                                                           for r in rounds)] for k in impls}
+    return {"widths": list(MLP_WIDTHS), "batch": 1, "seconds": rounds[median]["seconds"],
+            "speedup_vs_interpreter": rounds[median]["speedup_vs_interpreter"], "median_round": median,
+            "rounds": rounds, "speedup_range": spread, "max_abs_error_vs_interpreter": errors,
+            "int8_matches_numpy_reference": int8_exact, "uses_vnni": q_c.uses_vnni,
+            "weight_bytes": int(sum(p.nbytes for p in params)), "int8_weight_bytes": q.weight_bytes(),
             "report": [list(r) for r in f_c.report]}
 
 
@@ -333,24 +352,23 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(prog="python -m reference_impl.bench deploy", description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15, help="timed repeats per implementation")
+    parser.add_argument("--rounds", type=int, default=5, help="independent rounds of the batch-1 MLP section")
     parser.add_argument("--epochs", type=int, default=12, help="digits training epochs per model")
     parser.add_argument("--quick", action="store_true", help="fewer densities, sparsities and methods (a smoke run)")
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     from reference_impl.compiler.jit import C_FLAGS, C_FLAGS_UNROLLED
-    if args.repeats < 1 or args.epochs < 1 or args.blas_threads < 0:
-        parser.error("need --repeats >= 1, --epochs >= 1 and --blas-threads >= 0")
-    want = str(args.blas_threads)
-    if args.blas_threads and any(os.environ.get(v) != want for v in THREAD_VARS):
-        env = {**os.environ, **{v: want for v in THREAD_VARS}}  # BLAS reads it at import: restart
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "deploy", *argv], env)
+    if args.repeats < 1 or args.epochs < 1 or args.blas_threads < 0 or args.rounds < 1:
+        parser.error("need --repeats >= 1, --rounds >= 1, --epochs >= 1 and --blas-threads >= 0")
+    if args.blas_threads:
+        restart_with_blas_threads("deploy", argv, args.blas_threads)
     densities = (0.01, 0.1, 0.3, 1.0) if args.quick else DENSITIES
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lab-deploy-") as tmp:  # compile times are real, not cache hits
         cache = Path(tmp)
         print("batch-1 MLP ...", flush=True)
-        mlp = bench_mlp(MLP_REPEAT_FACTOR * args.repeats, cache)
+        mlp = bench_mlp(MLP_REPEAT_FACTOR * args.repeats, cache, args.rounds)
         print("density sweep ...", flush=True)
         sweep = bench_sweep(args.repeats, cache, densities, UNROLLED_NNZ[:2] if args.quick else UNROLLED_NNZ)
     print("roofline ...", flush=True)
@@ -361,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "benchmark": "deploy",
         "machine": machine_info(mpi_library="not used (single process)"),
-        "settings": {"repeats": args.repeats, "mlp_repeats": MLP_REPEAT_FACTOR * args.repeats, "quick": args.quick,
+        "settings": {"repeats": args.repeats, "mlp_repeats": MLP_REPEAT_FACTOR * args.repeats,
+                     "mlp_rounds": args.rounds, "quick": args.quick,
                      "blas_threads": args.blas_threads or "library default",
                      "c_flags": " ".join(C_FLAGS) + f" (unrolled kernels: {' '.join(C_FLAGS_UNROLLED)})", "dtype": "float32"},
         "mlp": mlp, "sweep": sweep, "roofline": roof, "accuracy": accuracy,

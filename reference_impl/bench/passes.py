@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
 import statistics
 import sys
 import time
@@ -37,11 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import restart_with_blas_threads, write_json
 from .machine import machine_info
 
 DEFAULT_OUT = Path("docs/assets/bench/passes.json")
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 TRAIN_WIDTHS, TRAIN_BATCH = (64, 128, 128, 10), 64
 INFER_WIDTHS, INFERENCE_BATCH = (256, 256, 256, 10), 256
 BN_EPS = 1e-3
@@ -184,11 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.blas_threads < 0:
         parser.error("need --repeats >= 1 and --blas-threads >= 0")
-    want = str(args.blas_threads)
-    if args.blas_threads and any(os.environ.get(v) != want for v in THREAD_VARS):
-        # BLAS reads its thread count when NumPy is imported: start again with it set.
-        env = {**os.environ, **{v: want for v in THREAD_VARS}}
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", "passes", *argv], env)
+    if args.blas_threads:
+        restart_with_blas_threads("passes", argv, args.blas_threads)
 
     results = [training_graph(args.repeats), inference_graph(args.repeats, (1, INFERENCE_BATCH))]
     document = {

@@ -19,6 +19,8 @@ extension module with one function, ``run(x0, x1, ...)``:
 
 It needs the CPython headers (``Python.h``, the ``python3-dev`` package on Debian); without
 them ``python_include_dir`` returns None and the JIT calls ``graph_main`` through ``ctypes``.
+Any generated C that defines ``graph_main`` with this signature can use it: the int8 MLP of
+``reference_impl.quantize.compile_int8`` does.
 """
 from __future__ import annotations
 

@@ -16,7 +16,8 @@ The code generators instead emit one loop (C) or one expression block (NumPy) fr
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from reference_impl.graph import REGISTRY, Graph, Operation, Tensor, register
 from reference_impl.graph.registry import broadcast_shapes
@@ -42,11 +43,31 @@ ELEMENTWISE: dict[str, tuple[str, str]] = {
 }
 
 
+def last_reads(program: list) -> list[list[int]]:
+    """For each step, the earlier steps whose results it is the last to read (the output, the
+    last step, is read by nobody inside the program and never appears)."""
+    last: dict[int, int] = {}
+    for s, (_type, args) in enumerate(program):
+        for kind, i in args:
+            if kind == "step":
+                last[i] = s
+    dead: list[list[int]] = [[] for _ in program]
+    for i, s in last.items():
+        dead[s].append(i)
+    return dead
+
+
 def _run_program(xs: list, attrs: dict, state: dict) -> Any:
-    results: list = []
-    for type, args in attrs["program"]:
-        vals = [xs[i] if kind == "in" else results[i] for kind, i in args]
-        results.append(REGISTRY[type].kernel(vals, {}, {}))
+    """Run the steps in order with their ops' registered kernels, dropping each step's result
+    once its last reader has run (``frees``, worked out when the op was made; the interpreter
+    does the same for whole ops): on a large batch, keeping them all would hold one array per
+    step where the unfused graph holds two."""
+    program = attrs["program"]
+    results: list = [None] * len(program)
+    for s, ((type, args), dead) in enumerate(zip(program, attrs["frees"])):
+        results[s] = REGISTRY[type].kernel([xs[i] if kind == "in" else results[i] for kind, i in args], {}, {})
+        for i in dead:
+            results[i] = None
     return results[-1]
 
 
@@ -96,5 +117,5 @@ def elementwise_fusion(graph: Graph, keep: Iterable[str] = ()) -> Graph:
             return ["step", len(program) - 1]
 
         emit(op)
-        copy_op(new, op, tmap, omap, type="FusedElementwise", inputs=inputs, attrs={"program": program})
+        copy_op(new, op, tmap, omap, type="FusedElementwise", inputs=inputs, attrs={"program": program, "frees": last_reads(program)})
     return new

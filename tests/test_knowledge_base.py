@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from page_tools import assert_pages_quote
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 QUESTIONS = DOCS / "questions"
@@ -212,12 +214,7 @@ def cited_figures() -> list[tuple[str, str]]:
 
 
 def test_cited_figures_match_the_committed_results() -> None:
-    stale = []
-    for page, text in cited_figures():
-        body = " ".join((QUESTIONS / f"{page}.md").read_text(encoding="utf-8").split())
-        if text not in body:
-            stale.append(f"{page}.md should say: {text}")
-    assert not stale, "figures that no longer match docs/assets/bench/*.json:\n" + "\n".join(stale)
+    assert_pages_quote((QUESTIONS / f"{page}.md", text) for page, text in cited_figures())
 
 
 def test_every_snippet_in_the_question_bank_runs() -> None:

@@ -5,13 +5,15 @@ The pipeline, all inside a scratch copy of the course (``course.scratch_course``
 1. read the notebook and find its assignment (metadata ``lab.assignment``, else its name);
 2. put it where nbgrader expects a submission: ``submitted/<student>/<assignment>/``, and
    wrap the scratch source's test cells with ``grader.guard`` (a secret token per run: a
-   test counts only if its cell ran to its end, untampered);
+   test counts only if its cell ran to its end, untampered); the source gets a fixed slot
+   where the token goes, so that the generated assignment can be cached;
 3. in one sandboxed child (``sandbox.run_limited`` running ``grader.steps``):
-   ``generate_assignment`` (builds the gradebook, hidden tests included), ``autograde``
+   ``generate_assignment`` (builds the gradebook, hidden tests included; or copies it from
+   the cache of ``grader.generated`` and writes this run's token into it), ``autograde``
    (restores locked and test cells from the gradebook, runs the notebook, saves the scores)
-   and ``generate_feedback`` (the HTML report); the kernel starts behind ``grader.jail``
-   (course and hidden tests hidden, private user, process and CPU limits, no network), and
-   what was enforced is reported in ``isolation``;
+   and ``generate_feedback`` (the HTML report, unless ``feedback=False``); the kernel starts
+   behind ``grader.jail`` (course, cache and hidden tests hidden, private user, process and
+   CPU limits, no network), and what was enforced is reported in ``isolation``;
 4. read the scores nbgrader saved, and a hint per failed test from the autograded
    notebook's error outputs (the assertion message, which says what was expected and what
    was found);
@@ -46,6 +48,7 @@ from .course import (
     repo_root,
     scratch_course,
 )
+from .generated import TOKEN_SLOT, cache_dir
 from .guard import HIDDEN_TESTS, instrument, strip_guard_lines
 from .report import CellError, GradingResult, TestResult
 from .sandbox import (
@@ -72,9 +75,13 @@ def check_notebook(
     cell_timeout: int | None = None,
     memory_mb: int = DEFAULT_MEMORY_MB,
     device: str = "cpu",
+    feedback: bool = True,
 ) -> GradingResult:
     """Grade ``notebook`` with its tests on ``device``; raises ``course.InputProblem`` for input
-    that cannot be graded (including a device the assignment or this machine cannot use)."""
+    that cannot be graded (including a device the assignment or this machine cannot use).
+
+    ``feedback=False`` skips nbgrader's HTML page (``feedback_html`` stays None): the class
+    workflow writes its own pages from the records."""
     content = load_notebook(notebook)
     assignment, nb_name = course.identify(notebook, content)
     _check_cells_belong(notebook, content, course, assignment, nb_name)
@@ -87,27 +94,33 @@ def check_notebook(
     result = GradingResult(assignment=assignment.name, notebook=str(notebook))
     planned = _planned_tests(assignment, nb_name)
 
-    with scratch_course(course) as root:
+    with scratch_course(course, [assignment]) as root:
         scratch = root.parent
         submitted = root / "submitted" / STUDENT / assignment.name
         submitted.mkdir(parents=True)
         shutil.copyfile(notebook, submitted / nb_name)
         token = secrets.token_hex(16)
         for source in (root / "source" / assignment.name).glob("*.ipynb"):
-            source.write_text(json.dumps(instrument(json.loads(source.read_text(encoding="utf-8")), token)),
+            # the slot, not the token: the generated assignment is then the same on every run
+            # and can be cached; grader.steps puts the token in its place (grader.generated)
+            source.write_text(json.dumps(instrument(json.loads(source.read_text(encoding="utf-8")), TOKEN_SLOT)),
                               encoding="utf-8")
         record_file = scratch / "steps.json"
+        steps = "generate,autograde,feedback" if feedback else "generate,autograde"
         argv = [
             sys.executable, "-m", "grader.steps", str(root),
             "--assignment", assignment.name, "--student", STUDENT,
-            "--steps", "generate,autograde,feedback", "--result", str(record_file),
+            "--steps", steps, "--result", str(record_file),
         ]
         if cell_timeout is not None:
             argv += ["--cell-timeout", str(cell_timeout)]
         cpu_s = int(timeout) + 5
+        cache = cache_dir()
         hidden = [course.root, repo_root() / ".git", root] + [
             scratch / name for name in ("jupyter-data", "jupyter-runtime", "jupyter-config", "ipython")]
-        kernel = plan_kernel(scratch, hidden, cpu_s=cpu_s, device=device)
+        kernel = plan_kernel(scratch, hidden + ([cache] if cache is not None else []), cpu_s=cpu_s, device=device)
+        if cache is not None and kernel.uid is not None:  # only a kernel of its own user cannot reach it
+            argv += ["--cache", str(cache)]
         network_off = network_isolation_available()
         env = child_environment(scratch, kernel)
         env["LAB_GUARD_TOKEN"] = token  # for grader.steps; the jail does not pass it to the kernel
@@ -118,6 +131,7 @@ def check_notebook(
         result.isolation["device"] = f"{device} ({DEVICE_LIBRARIES[device]})"
         record = _read_record(record_file)
         done = set(record.get("completed", []))
+        result.steps = {"seconds": record.get("seconds", {}), "generated": record.get("generated")}
 
         grades = record.get("grades", {}).get(stem)
         autograded = root / "autograded" / STUDENT / assignment.name / nb_name
@@ -185,6 +199,8 @@ def _check_device(device: str, assignment: Assignment, nb_name: str) -> None:
         raise InputProblem(
             f"--device {device}: assignment {assignment.name} supports only {', '.join(supported)} "
             f"(its source notebook's lab.devices); grade it with --device {supported[0]}")
+    if device == "cpu":  # NumPy: a dependency of the lab, nothing to probe
+        return
     from reference_impl.backend import BackendUnavailable, get_namespace
 
     try:
@@ -287,8 +303,8 @@ def _cell_seconds(autograded: Path) -> dict[str, float]:
         grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         stamps = cell.get("metadata", {}).get("execution", {})
         try:
-            start = datetime.fromisoformat(stamps["iopub.execute_input"].replace("Z", "+00:00"))
-            end = datetime.fromisoformat(stamps["shell.execute_reply"].replace("Z", "+00:00"))
+            start = datetime.fromisoformat(stamps["iopub.execute_input"])
+            end = datetime.fromisoformat(stamps["shell.execute_reply"])
         except (KeyError, TypeError, ValueError):
             continue
         if grade_id:

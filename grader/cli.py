@@ -12,8 +12,8 @@ Exit status:
 from __future__ import annotations
 
 import argparse
-import signal
 import json
+import signal
 import sys
 from pathlib import Path
 

@@ -14,9 +14,10 @@ import contextlib
 import json
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 CONFIG_FILE = "nbgrader_config.py"
 SOURCE_DIR = "source"
@@ -59,7 +60,7 @@ class Course:
     root: Path
 
     @classmethod
-    def at(cls, root: Path | None = None) -> "Course":
+    def at(cls, root: Path | None = None) -> Course:
         """The course at ``root`` (default: this checkout's ``exercises/``), checked to exist."""
         root = (root or default_course_root()).resolve()
         if not (root / CONFIG_FILE).is_file() or not (root / SOURCE_DIR).is_dir():
@@ -163,19 +164,21 @@ def cell_source(cell: dict[str, Any]) -> str:
 
 
 @contextlib.contextmanager
-def scratch_course(course: Course) -> Iterator[Path]:
+def scratch_course(course: Course, assignments: list[Assignment] | None = None) -> Iterator[Path]:
     """A temporary copy of the course (config and ``source/`` only), deleted afterwards.
 
     nbgrader writes its gradebook, ``release/``, ``submitted/``, ``autograded/`` and
-    ``feedback/`` under the copy, so nothing of a run ever lands in the repository.
+    ``feedback/`` under the copy, so nothing of a run ever lands in the repository. With
+    ``assignments``, only their sources are copied (grading one notebook needs only its own).
     """
+    ignore = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
     with tempfile.TemporaryDirectory(prefix="dl-lab-grader-") as tmp:
         root = Path(tmp) / "course"
         root.mkdir()
         shutil.copy2(course.root / CONFIG_FILE, root / CONFIG_FILE)
-        shutil.copytree(
-            course.root / SOURCE_DIR,
-            root / SOURCE_DIR,
-            ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"),
-        )
+        if assignments is None:
+            shutil.copytree(course.root / SOURCE_DIR, root / SOURCE_DIR, ignore=ignore)
+        else:
+            for assignment in assignments:
+                shutil.copytree(assignment.source_dir, root / SOURCE_DIR / assignment.name, ignore=ignore)
         yield root

@@ -38,6 +38,7 @@ from typing import Any
 
 MARK = "lab-guard"
 REFERENCE_DIR = str(Path(__file__).resolve().parent.parent / "reference_impl")
+GRADER_DIR = str(Path(__file__).resolve().parent)
 _PROTECTED_BUILTINS = ("print", "open", "isinstance", "len", "sum", "sorted", "all", "any", "abs",
                        "min", "max", "range", "zip", "tuple", "list", "dict", "set", "exec",
                        "compile", "__import__", "repr", "str", "int", "float", "bool", "type", "globals")
@@ -301,7 +302,7 @@ def _from_notebook(obj: Any) -> bool:
     """Whether ``obj`` is a Python function written outside the lab, Python and its packages."""
     code = getattr(obj, "__code__", None)
     return isinstance(code, types.CodeType) and not code.co_filename.startswith(
-        (REFERENCE_DIR, sys.prefix, sys.base_prefix, str(Path(REFERENCE_DIR).parent / "grader"), "<frozen "))
+        (REFERENCE_DIR, sys.prefix, sys.base_prefix, GRADER_DIR, "<frozen "))
 
 
 def _from_installed(obj: Any) -> bool:

@@ -135,7 +135,7 @@ def grade_submission(sub: Submission, course_root: str, timeout: float,
                      cell_timeout: int | None, memory_mb: int) -> dict[str, Any]:
     """The grading record of one submission; never raises (a failure is the record's status).
 
-    Runs in a pool worker. The nbgrader feedback HTML of the run is thrown away:
+    Runs in a pool worker. nbgrader's feedback HTML is not made (``feedback=False``):
     ``feedback`` writes one page per student over all of their assignments instead.
     """
     record: dict[str, Any] = {"student": sub.student, "submission": sub.path.name, "assignment": None,
@@ -145,7 +145,8 @@ def grade_submission(sub: Submission, course_root: str, timeout: float,
     try:
         with tempfile.TemporaryDirectory(prefix="dl-lab-autograde-") as scratch:
             result = check_notebook(sub.path, course=Course(Path(course_root)), feedback_dir=Path(scratch),
-                                    timeout=timeout, cell_timeout=cell_timeout, memory_mb=memory_mb)
+                                    timeout=timeout, cell_timeout=cell_timeout, memory_mb=memory_mb,
+                                    feedback=False)
         data = json.loads(result.to_json())
         for key in ("assignment", "score", "max_score", "tests", "error", "tampered", "cell_errors"):
             record[key] = data.get(key, record[key])

@@ -10,7 +10,9 @@ plus a few extra keys: ``timed_out``, ``error`` (why grading did not complete),
 ``cell_errors`` (failures outside test cells, e.g. a solution cell that raised or was
 stopped), ``tampered`` (locked cells whose text the learner changed; nbgrader grades the
 original text, and the report says so) and ``isolation`` (what the sandbox enforced on the
-run: wall-clock, per-cell, memory and CPU limits, network, processes, files).
+run: wall-clock, per-cell, memory and CPU limits, network, processes, files) and ``steps``
+(seconds per nbgrader step, and whether the assignment was generated or came from the
+cache of ``grader.generated``).
 """
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class GradingResult:
     cell_errors: list[CellError] = field(default_factory=list)
     tampered: list[str] = field(default_factory=list)
     isolation: dict[str, str] = field(default_factory=dict)  # what the sandbox enforced
+    steps: dict[str, object] = field(default_factory=dict)  # nbgrader's steps: seconds, generated how
 
     @property
     def score(self) -> float:
@@ -82,6 +85,7 @@ class GradingResult:
             "cell_errors": [asdict(e) for e in self.cell_errors],
             "tampered": self.tampered,
             "isolation": self.isolation,
+            "steps": self.steps,
         }
         return json.dumps(data, indent=2)
 

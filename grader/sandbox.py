@@ -120,7 +120,10 @@ def child_environment(scratch: Path, kernel: KernelPlan | None = None) -> dict[s
     (kernel_dir / "kernel.json").write_text(
         json.dumps(
             {
-                "argv": jail + [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                # no input history database: the kernel's IPython profile is new on every run,
+                # so creating (and fsyncing) that database would only add to every check
+                "argv": jail + [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
+                                "--HistoryManager.enabled=False"],
                 "display_name": "Python 3 (grader)",
                 "language": "python",
                 "metadata": {"debugger": False},
@@ -299,7 +302,10 @@ def run_limited(
             stderr=err,
             text=True,
             start_new_session=True,  # its own process group, killed as a whole on timeout
-            preexec_fn=(lambda: _limit_resources(memory_mb, cpu_s, network_off)) if os.name == "posix" else None,
+            # rlimits and the network namespace must be set between fork and exec; the grading
+            # process starts no threads of its own before this (the noted fork-safety concern)
+            preexec_fn=(  # noqa: PLW1509
+                (lambda: _limit_resources(memory_mb, cpu_s, network_off)) if os.name == "posix" else None),
         )
         try:
             proc.wait(timeout=timeout)

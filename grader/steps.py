@@ -1,8 +1,9 @@
 """The child process: nbgrader's steps, run in a scratch course under the sandbox's limits.
 
 ``python -m grader.steps COURSE_ROOT --assignment A --steps generate,autograde,feedback
---result FILE`` runs the steps in order through nbgrader's Python API (``NbGraderAPI``)
-and records, after each one, whether it succeeded (with nbgrader's error) in ``FILE``.
+--result FILE`` runs the steps in order with nbgrader's converters (as its ``NbGraderAPI``
+runs them, see ``Steps``) and records, after each one, whether it succeeded (with nbgrader's
+error) in ``FILE``.
 
 Why one child for all steps instead of one ``nbgrader`` command per step: importing
 nbgrader takes seconds, and three imports per check tripled the time a learner waits for a
@@ -22,6 +23,7 @@ import os
 import re
 import sys
 import time
+import types
 import warnings
 from pathlib import Path
 from typing import Any
@@ -39,19 +41,68 @@ def _skip_slow_optional_imports() -> None:
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
 
+def _enter_package(name: str) -> types.ModuleType | None:
+    """Put package ``name`` in ``sys.modules`` without running its ``__init__`` (its submodules
+    still import as usual); None if it is already imported or not installed."""
+    import importlib.util
+
+    if name in sys.modules:
+        return None
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package = types.ModuleType(name)
+    package.__path__ = list(spec.submodule_search_locations)
+    package.__file__ = spec.origin
+    package.__spec__ = spec
+    sys.modules[name] = package
+    return package
+
+
+def _lean_nbgrader() -> None:
+    """Import only the part of nbgrader that grading uses (about a third less to import).
+
+    ``import nbgrader.<anything>`` first runs the package's ``__init__``, which only registers
+    nbgrader's Jupyter server extensions and imports them (``jupyter_server``, the exchange):
+    none of them has a part in generating, autograding or feedback. Likewise ``nbgrader.auth``
+    imports JupyterHub authentication (and ``requests``) where the gradebook only needs the
+    ``Authenticator`` type. Both packages are entered without running their ``__init__``.
+    ``nbgrader.utils`` also imports setuptools (and with it ``pkg_resources``), only for the
+    archive unpacking of ``zip_collect``, which the grader never calls; a stand-in module that
+    refuses to unpack takes its place.
+    """
+    package = _enter_package("nbgrader")
+    if package is None:
+        return
+    from nbgrader._version import __version__
+
+    package.__version__ = __version__  # type: ignore[attr-defined]
+    auth = _enter_package("nbgrader.auth")
+    if auth is not None:
+        from nbgrader.auth.base import Authenticator
+
+        auth.Authenticator = Authenticator  # type: ignore[attr-defined]
+
+    def unpack(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("grader.steps: unpacking archives (nbgrader zip_collect) is not part of grading")
+
+    archive = types.ModuleType("setuptools.archive_util")
+    archive.unpack_archive = archive.unpack_tarfile = archive.unpack_zipfile = unpack  # type: ignore[attr-defined]
+    sys.modules.setdefault("setuptools.archive_util", archive)
+
+
 def _read_schema_version_in_process() -> None:
     """Let nbgrader learn its gradebook schema version without a subprocess.
 
     A new gradebook is stamped with the head revision of nbgrader's database migrations,
     which nbgrader finds by running the ``alembic heads`` command: a second Python start-up
     that re-imports nbgrader and costs seconds per check. Reading the same revision with
-    alembic's ``ScriptDirectory`` here gives the same answer in a fraction of a second; if
+    alembic's ``ScriptDirectory`` here gives the same answer in a fraction of a second (and
+    alembic is imported only when a gradebook is created, not when a cached one is used); if
     anything about that differs (another nbgrader version), nbgrader's own way is kept.
     """
     try:
         import nbgrader.api as nbgrader_api
-        from alembic.script import ScriptDirectory
-        from nbgrader.dbutil import ALEMBIC_DIR
     except ImportError:
         return
     original = getattr(nbgrader_api, "get_alembic_version", None)
@@ -60,6 +111,9 @@ def _read_schema_version_in_process() -> None:
 
     def head_revision() -> str:
         try:
+            from alembic.script import ScriptDirectory
+            from nbgrader.dbutil import ALEMBIC_DIR
+
             heads = ScriptDirectory(ALEMBIC_DIR).get_heads()
         except Exception:  # noqa: BLE001 - any trouble: fall back to nbgrader's own way
             heads = []
@@ -161,23 +215,58 @@ def _feedback_exporter() -> type:
     return FeedbackExporter
 
 
-def _api(root: Path, cell_timeout: int | None) -> Any:
-    from nbgrader.apps import NbGraderAPI
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config import Config
-    from traitlets.config.loader import PyFileConfigLoader
+class Steps:
+    """nbgrader's three converters over one course, as ``nbgrader.apps.NbGraderAPI`` runs them.
 
-    config = Config()
-    config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
-    config.CourseDirectory.root = str(root)
-    exchange = root / "exchange"  # never used; keeps nbgrader away from /usr/local/share
-    exchange.mkdir(exist_ok=True)
-    config.Exchange.root = str(exchange)
-    config.GenerateFeedback.exporter_class = _feedback_exporter()
-    if cell_timeout is not None:
-        config.ExecutePreprocessor.timeout = cell_timeout
-        config.Execute.timeout = cell_timeout
-    return NbGraderAPI(CourseDirectory(config=config), config=config)
+    The same calls (a converter with the course's configuration, started under
+    ``capture_log``, which turns any failure into ``{"success": False, "error", "log"}``),
+    without importing the API's exchange, authenticator and every command-line app.
+    """
+
+    def __init__(self, root: Path, cell_timeout: int | None):
+        from nbgrader.coursedir import CourseDirectory
+        from traitlets.config import Config
+        from traitlets.config.loader import PyFileConfigLoader
+
+        config = Config()
+        config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
+        config.CourseDirectory.root = str(root)
+        config.GenerateFeedback.exporter_class = _feedback_exporter()
+        config.HTMLExporter.template_name = "feedback"
+        # Once the last cell has run, every output is in; the kernel is killed, not asked to
+        # stop. A graceful stop runs learner atexit code after the tests, and its exit often
+        # hung until jupyter_client's fallback signal (half of shutdown_wait_time, 2.5 s).
+        config.Execute.shutdown_kernel = "immediate"
+        if cell_timeout is not None:
+            config.ExecutePreprocessor.timeout = cell_timeout
+            config.Execute.timeout = cell_timeout
+        self.config = config
+        self.coursedir = CourseDirectory(config=config)
+
+    def _run(self, converter: type, assignment: str, student: str | None = None, **flags: Any) -> dict[str, Any]:
+        from nbgrader.utils import capture_log, temp_attrs
+
+        ids = {"assignment_id": assignment} | ({"student_id": student} if student else {})
+        with temp_attrs(self.coursedir, **ids):
+            app = converter(coursedir=self.coursedir, config=self.config)
+            for name, value in flags.items():
+                setattr(app, name, value)
+            return capture_log(app)
+
+    def generate_assignment(self, assignment: str) -> dict[str, Any]:
+        from nbgrader.converters.generate_assignment import GenerateAssignment
+
+        return self._run(GenerateAssignment, assignment, force=True, create_assignment=True)
+
+    def autograde(self, assignment: str, student: str) -> dict[str, Any]:
+        from nbgrader.converters.autograde import Autograde
+
+        return self._run(Autograde, assignment, student, force=True, create_student=True)
+
+    def generate_feedback(self, assignment: str, student: str) -> dict[str, Any]:
+        from nbgrader.converters.generate_feedback import GenerateFeedback
+
+        return self._run(GenerateFeedback, assignment, student, force=True)
 
 
 def _grades(api: Any, assignment: str, student: str) -> dict[str, list[dict[str, Any]]]:
@@ -224,6 +313,55 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
     return verdicts
 
 
+def _unsynced_sqlite() -> None:
+    """Open every SQLite database of this process with ``synchronous=OFF``.
+
+    The gradebook lives in the scratch course and is deleted with it, so waiting for each of
+    nbgrader's many commits to reach the disk (an fsync each) buys nothing; on a busy machine
+    those waits were the larger part of building the gradebook.
+    """
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "connect")
+    def _no_fsync(connection: Any, _record: Any) -> None:
+        if type(connection).__module__.startswith("sqlite3"):
+            cursor = connection.cursor()
+            cursor.execute("PRAGMA synchronous=OFF")
+            cursor.close()
+
+
+def _generate(api: Any, root: Path, assignment: str, cache: Path | None, record: dict[str, Any]) -> dict[str, Any]:
+    """nbgrader's ``generate_assignment``, or its cached result (``grader.generated``).
+
+    The source's test cells hold the guard's ``TOKEN_SLOT``; this run's token (``LAB_GUARD_TOKEN``)
+    replaces it in the gradebook afterwards. With a cache, the generated gradebook and release
+    are kept under a hash of the source and, on a later run with the same source, copied back
+    instead of generated. Runs before any learner code, so nothing a notebook does can reach
+    the cache.
+    """
+    from grader import generated
+
+    token = os.environ.get("LAB_GUARD_TOKEN")
+    if not token:  # a release: the source is not instrumented, there is no token to put in
+        return api.generate_assignment(assignment)
+    key = generated.source_key(root, assignment) if cache is not None else None
+    if cache is not None and key is not None and generated.restore(cache, key, root, assignment):
+        record["generated"] = "from the cache"
+    else:
+        outcome = api.generate_assignment(assignment)
+        if not outcome.get("success"):
+            return outcome
+        if cache is not None and key is not None:
+            generated.store(cache, key, root, assignment)
+        record["generated"] = "generated" + (", and stored in the cache" if cache is not None else "")
+    try:
+        generated.personalise(api.coursedir.db_url, api.coursedir.course_id, assignment, token)
+    except generated.PersonaliseError as exc:
+        return {"success": False, "error": f"PersonaliseError: {exc}", "log": ""}
+    return {"success": True}
+
+
 def _error_summary(text: str) -> str:
     """The most telling line of an nbgrader failure.
 
@@ -250,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS))
     parser.add_argument("--cell-timeout", type=int, default=None)
     parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="keep/reuse generated assignments here (see grader.generated); the source's "
+                             "test cells must hold guard.TOKEN_SLOT, and LAB_GUARD_TOKEN is put in its place")
     args = parser.parse_args(argv)
 
     warnings.filterwarnings("ignore")  # SQLAlchemy and Jupyter deprecation chatter
@@ -262,9 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--student is needed to autograde or to generate feedback")
 
     _skip_slow_optional_imports()
+    _lean_nbgrader()
     _read_schema_version_in_process()
     _survive_kernel_death()
-    api = _api(args.root.resolve(), args.cell_timeout)
+    _unsynced_sqlite()
+    root = args.root.resolve()
+    api = Steps(root, args.cell_timeout)
     record: dict[str, Any] = {"completed": [], "failed": None, "seconds": {}}
 
     def save() -> None:
@@ -275,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         for step in steps:
             started = time.monotonic()
             if step == "generate":
-                outcome = api.generate_assignment(assignment, force=True, create=True)
+                outcome = _generate(api, root, assignment, args.cache, record)
             elif step == "autograde":
-                outcome = api.autograde(assignment, args.student, force=True, create=True)
+                outcome = api.autograde(assignment, args.student)
             else:
-                outcome = api.generate_feedback(assignment, args.student, force=True)
+                outcome = api.generate_feedback(assignment, args.student)
             if not outcome.get("success"):
                 log = (outcome.get("log") or "") + "\n" + (outcome.get("error") or "")
                 record["failed"] = {
@@ -294,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
             if step == "autograde":
                 token = os.environ.get("LAB_GUARD_TOKEN")
                 if token:
-                    record["guard"] = _apply_guard(api, args.root.resolve(), assignment, args.student, token)
+                    record["guard"] = _apply_guard(api, root, assignment, args.student, token)
                 record["grades"] = _grades(api, assignment, args.student)
             record["completed"].append(f"{assignment}:{step}")
             record["seconds"][f"{assignment}:{step}"] = round(time.monotonic() - started, 3)
@@ -303,4 +447,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # Everything is on disk (the record, the gradebook, the notebooks) and the kernel is shut
+    # down; the interpreter's own teardown of nbgrader's thousand modules only costs time.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -326,6 +326,13 @@ def test_grading_plot_summarises_overhead_and_speedup(tmp_path):
     assert "| 01_a | 25/25 | 4.00 s | 7.50 s | 3.50 s | yes |" in summary
     assert "| 02_b | 13/16 | 2.00 s | 9.00 s | 7.00 s | no |" in summary
     assert "| 2 | 200.0 s | 15.0 | 1.50× |" in summary and "| 1 | 300.0 s | 10.0 | 1.00× |" in summary
+    assert "first check" not in summary  # no first_check_s in the data: nothing said about it
+    data["overhead"][0]["first_check_s"], data["overhead"][1]["first_check_s"] = 8.0, 10.5
+    _, summary = plot_grading.plot(tmp_path / "grading.json", data)
+    assert "took 0.50 to 1.50 s more than a later one (median +1.00 s), over 2 assignments" in summary
+    data["overhead"][0]["first_check_s"] = 7.0  # faster than the later checks: said so, not hidden
+    _, summary = plot_grading.plot(tmp_path / "grading.json", data)
+    assert "took from 0.50 s less to 1.50 s more than a later one (median +0.50 s), over 2 assignments (where" in summary
     broken = {**data, "throughput": {"submissions": 50, "runs": [{"jobs": 1, "seconds": 0}]}}
     with pytest.raises(PluginError, match="throughput"):
         plot_grading.plot(tmp_path / "grading.json", broken)

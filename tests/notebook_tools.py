@@ -230,6 +230,23 @@ def by_id(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {t["id"]: t for t in result["tests"]}
 
 
+def assert_partial_marks(result: dict[str, Any], max_score: float, *, failing: Iterable[str],
+                         score: float | None = None) -> dict[str, dict[str, Any]]:
+    """A plausible wrong solution: exactly the tests in ``failing`` fail and every other test
+    passes; the score is ``score`` if given, else strictly between 0 and ``max_score``.
+    Returns the tests by id, so the caller can check the hints the learner would read."""
+    failing = set(failing)
+    tests = by_id(result)
+    assert failing <= set(tests), f"no such tests: {sorted(failing - set(tests))}"
+    for test_id, test in tests.items():
+        assert test["passed"] == (test_id not in failing), (test_id, test["hint"])
+    if score is None:
+        assert 0 < result["score"] < max_score, result["score"]
+    else:
+        assert result["score"] == score, result["score"]
+    return tests
+
+
 # --------------------------------------------------------------------------- in process
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
@@ -59,20 +59,12 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_overwriting_instead_of_summing_gets_partial_marks(runs):
-    result = runs["no_sum"]
-    tests = by_id(result)
-    assert 0 < result["score"] < MAX_SCORE
-    for test_id, test in tests.items():
-        assert test["passed"] == (test_id not in REUSE_TESTS), (test_id, test["hint"])
+    tests = assert_partial_marks(runs["no_sum"], MAX_SCORE, failing=REUSE_TESTS)
     assert "gradients of x * x + x at x = [1, 2, -3]" in tests["test_gradients_example"]["hint"]
 
 
 def test_no_unbroadcast_gets_partial_marks(runs):
-    result = runs["no_bc"]
-    tests = by_id(result)
-    assert 0 < result["score"] < MAX_SCORE
-    for test_id, test in tests.items():
-        assert test["passed"] == (test_id not in BROADCAST_TESTS), (test_id, test["hint"])
+    tests = assert_partial_marks(runs["no_bc"], MAX_SCORE, failing=BROADCAST_TESTS)
     assert "expected shape (4,), found (3, 4)" in tests["test_rules_example"]["hint"]
 
 

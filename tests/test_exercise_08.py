@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
@@ -47,11 +47,7 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_pruning_by_signed_value_gets_partial_marks(runs):
-    result = runs["signed"]
-    tests = by_id(result)
-    assert 0 < result["score"] < MAX_SCORE
-    for test_id, test in tests.items():
-        assert test["passed"] == (test_id not in PRUNE_TESTS), (test_id, test["hint"])
+    tests = assert_partial_marks(runs["signed"], MAX_SCORE, failing=PRUNE_TESTS)
     assert "magnitude_prune(w, 0.7)" in tests["test_prune_example"]["hint"]
 
 

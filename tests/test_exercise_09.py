@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
@@ -49,11 +49,7 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_assigning_instead_of_scatter_adding_gets_partial_marks(runs):
-    result = runs["no_add_at"]
-    tests = by_id(result)
-    assert result["score"] == 3.0
-    for test_id, test in tests.items():
-        assert test["passed"] == (test_id not in GRADIENT_TESTS), (test_id, test["hint"])
+    tests = assert_partial_marks(runs["no_add_at"], MAX_SCORE, failing=GRADIENT_TESTS, score=3.0)
     assert "row 0 is used twice" in tests["test_grad_example"]["hint"]
 
 

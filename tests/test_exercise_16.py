@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
+    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
     grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
 )
 
@@ -51,11 +51,7 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 
 
 def test_signed_modulo_gets_partial_marks(runs):
-    result = runs["signed_mod"]
-    tests = by_id(result)
-    assert result["score"] == MAX_SCORE - 2
-    for test_id, test in tests.items():
-        assert test["passed"] == (test_id != "hidden_buckets"), (test_id, test["hint"])
+    tests = assert_partial_marks(runs["signed_mod"], MAX_SCORE, failing={"hidden_buckets"}, score=MAX_SCORE - 2)
     assert "ids differ" in tests["hidden_buckets"]["hint"]
 
 

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
-from .harness import emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
+from .harness import bench_parser, emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/alpha_beta.json")
 MIN_BYTES, MAX_BYTES = 8, 64 << 20
 REDUCTION_MIN, REDUCTION_MAX = 4 << 10, 64 << 20
 ALLREDUCE_SIZES = (64, 4 << 10, 256 << 10, 4 << 20, 64 << 20)
@@ -122,8 +120,7 @@ def predict(rows: list[dict], params: dict[str, float]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench alpha_beta",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("alpha_beta", __doc__)
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest ping-pong size")
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest ping-pong and reduction size")
     parser.add_argument("--ranks", default="2,4", help="rank counts for the allreduce check (default 2,4)")
@@ -131,7 +128,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated allreduce sizes in bytes")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--worker", choices=("pingpong", "allreduce"), help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
     parser.add_argument("--reduction-sizes", help=argparse.SUPPRESS)

@@ -23,20 +23,17 @@ forward runs are measured alike.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/autodiff.json")
 HIDDEN = (2, 4, 8, 16, 32, 72)  # n = 2h^2 + 3h + 1 parameters: 15 ... 10 585
 QUICK_HIDDEN = (2, 4)
 BATCH = 128
@@ -132,11 +129,9 @@ def measure(hidden: int, batch: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench autodiff",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("autodiff", __doc__)
     parser.add_argument("--repeats", type=int, default=30, help="timed forward and gradient runs per width")
     parser.add_argument("--quick", action="store_true", help=f"hidden widths {QUICK_HIDDEN} only")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("need --repeats >= 1")

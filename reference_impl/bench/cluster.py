@@ -14,26 +14,22 @@ ring to the MPI library's ``Allreduce`` is measured within each job.
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
 from ..comm.virtual_cluster import ClusterUnavailable, VirtualCluster
 from .allreduce import summarise
-from .harness import mpi_job, sizes, write_json
+from .harness import bench_parser, mpi_job, sizes, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/cluster.json")
 SETTINGS = (("shared memory", None, False), ("TCP", None, True), ("TCP, 1 Gbit/s", "1gbit", True))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench cluster", description=__doc__.splitlines()[0])
+    parser = bench_parser("cluster", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts, one host per rank (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--max-bytes", type=int, default=16 << 20)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
 
     from tqdm import tqdm

@@ -20,13 +20,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-from .harness import bandwidths, emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
+from .harness import bandwidths, bench_parser, emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/collectives.json")
 MIN_BYTES, MAX_BYTES = 8, 256 << 20
 ITEM_BYTES = 4  # float32
 OURS = ("ring", "recursive_doubling", "rabenseifner", "tree", "auto")
@@ -73,14 +71,13 @@ def run_rank(byte_sizes: list[int], impl_names: list[str], warmup: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench collectives", description=__doc__.splitlines()[0])
+    parser = bench_parser("collectives", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--no-forced", action="store_true", help="skip the runs with MPICH's algorithms forced")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per mpiexec job")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--impls", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)

@@ -18,21 +18,18 @@ and the median of its interleaved repeats, in CPU time of the calling thread (se
 """
 from __future__ import annotations
 
-import argparse
 import shlex
 import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/custom_ops.json")
 SEGMENT_ROWS = (256, 1024, 4096, 16384, 65536, 262144)
 SEGMENT_WIDTH = 64
 BIAS_ROWS = (4, 16, 64, 256, 1024, 4096, 16384)
@@ -142,11 +139,9 @@ def run(repeats: int, segment_rows: tuple[int, ...], bias_rows: tuple[int, ...])
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench custom_ops",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("custom_ops", __doc__)
     parser.add_argument("--repeats", type=int, default=41, help="most timed calls per size and implementation")
     parser.add_argument("--quick", action="store_true", help="three small sizes per op (for a smoke test)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("need --repeats >= 1")

@@ -31,7 +31,6 @@ BLAS runs on ``--blas-threads`` threads (default 1: the C kernels are single-thr
 """
 from __future__ import annotations
 
-import argparse
 import ctypes
 import resource
 import sys
@@ -42,10 +41,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/deploy.json")
 MLP_WIDTHS = (256, 256, 256, 10)
 SHAPE = (1024, 1024)
 DENSITIES = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
@@ -350,13 +348,12 @@ def bench_accuracy(sparsities: tuple, epochs: int, methods: tuple) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench deploy", description=__doc__.splitlines()[0])
+    parser = bench_parser("deploy", __doc__)
     parser.add_argument("--repeats", type=int, default=15, help="timed repeats per implementation")
     parser.add_argument("--rounds", type=int, default=5, help="independent rounds of the batch-1 MLP section")
     parser.add_argument("--epochs", type=int, default=12, help="digits training epochs per model")
     parser.add_argument("--quick", action="store_true", help="fewer densities, sparsities and methods (a smoke run)")
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     from reference_impl.compiler.jit import C_FLAGS, C_FLAGS_UNROLLED
     if args.repeats < 1 or args.epochs < 1 or args.blas_threads < 0 or args.rounds < 1:

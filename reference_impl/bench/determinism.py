@@ -18,17 +18,14 @@ Everything runs on thread ranks in this process: the question is about bits, not
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/determinism.json")
 WIDTHS = (32, 64, 64, 10)
 GLOBAL_BATCH = 64
 BUCKET_BYTES = 4000
@@ -98,10 +95,9 @@ def arrival_order_runs(n_sums: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench determinism", description=__doc__.splitlines()[0])
+    parser = bench_parser("determinism", __doc__)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--sums", type=int, default=50, help="arrival-order sums to run")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.sums < 1:
         parser.error("need --steps >= 1 and --sums >= 1")

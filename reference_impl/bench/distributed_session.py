@@ -22,20 +22,17 @@ peer tags (the cut edges' tensors) and to and from the master (requests, feeds, 
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..comm import Communicator
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/distributed_session.json")
 
 
 class _ByteCounter(Communicator):
@@ -158,11 +155,9 @@ def measure(workers: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench distributed_session",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("distributed_session", __doc__)
     parser.add_argument("--repeats", type=int, default=30, help="timed steps per variant")
     parser.add_argument("--workers", type=int, default=2, help="worker tasks (plus one ps task)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1 or not 1 <= args.workers <= 8 or BATCH % args.workers:
         parser.error(f"need --repeats >= 1 and 1 <= --workers <= 8 dividing the batch ({BATCH})")

@@ -22,7 +22,6 @@ notebooks of the course (every test passes, so every cell runs to the end):
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -33,10 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/grading.json")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -137,11 +135,10 @@ def throughput(n_submissions: int, jobs: list[int], scratch: Path,
 def main(argv: list[str] | None = None) -> int:
     from grader.instructor import cores
 
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench grading", description=__doc__.splitlines()[0])
+    parser = bench_parser("grading", __doc__)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per notebook for the overhead (default 3)")
     parser.add_argument("--submissions", type=int, default=50, help="size of the class (default 50)")
     parser.add_argument("--jobs", type=int, default=cores(), help="parallel jobs to compare with 1 (default: the cores)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.submissions < 1 or args.jobs < 1:
         parser.error("need --repeats, --submissions and --jobs >= 1")

@@ -19,19 +19,16 @@ library's default.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/graph.json")
 WIDTHS = (784, 512, 512, 10)
 BATCH = 128
 LR = 0.01
@@ -151,11 +148,10 @@ def dispatch_fns(n: int) -> dict[str, Callable[[], Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench graph", description=__doc__.splitlines()[0])
+    parser = bench_parser("graph", __doc__)
     parser.add_argument("--repeats", type=int, default=30, help="timed training steps per mode")
     parser.add_argument("--chain", type=int, default=1000, help="ops in the dispatch-overhead chain")
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.chain < 1 or args.blas_threads < 0:
         parser.error("need --repeats >= 1, --chain >= 1 and --blas-threads >= 0")

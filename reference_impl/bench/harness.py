@@ -9,11 +9,13 @@ worker (runs on every rank, prints one JSON line per result from rank 0). The pi
 * ``mpi_job``: one ``mpiexec`` run, its lines streamed to a callback (progress bars),
   killed whole by a watchdog at the deadline, so a hung job never hangs the driver;
 * ``write_json``: the result file, written atomically (temporary file + rename);
+* ``bench_parser``: the command line every benchmark starts from (``--out`` included);
 * ``restart_with_blas_threads``: single-process benchmarks that time CPU work pin BLAS to a
   known thread count, which BLAS reads only when NumPy is imported, so they start again.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -137,3 +139,12 @@ def restart_with_blas_threads(benchmark: str, argv: list[str], threads: int = 1)
         return
     env = {**os.environ, **{v: want for v in BLAS_THREAD_VARS}}
     os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", benchmark, *argv], env)
+
+
+def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """``python -m reference_impl.bench NAME``'s parser: its docstring's first line as the
+    description, and ``--out`` (default ``docs/assets/bench/NAME.json``, where the site reads it)."""
+    parser = argparse.ArgumentParser(prog=f"python -m reference_impl.bench {name}", description=doc.splitlines()[0])
+    default = Path("docs/assets/bench") / f"{name}.json"
+    parser.add_argument("--out", type=Path, default=default, help=f"JSON output (default {default})")
+    return parser

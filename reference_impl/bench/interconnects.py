@@ -16,14 +16,11 @@ fixed cost that gradient bucketing removes. Results go to
 """
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
-from .harness import sizes, write_json
+from .harness import bench_parser, sizes, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/interconnects.json")
 MIN_BYTES, MAX_BYTES = 4 << 10, 1 << 30
 SIM_MAX_BYTES = 16 << 20
 MODEL_RANKS = (8, 64, 512)
@@ -61,15 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     from ..comm.cost_model import ring_allreduce
     from ..comm.simnet import INTERCONNECTS
 
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench interconnects",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("interconnects", __doc__)
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
     parser.add_argument("--sim-max-bytes", type=int, default=SIM_MAX_BYTES,
                         help="largest size run on simulated thread ranks (default 16 MiB)")
     parser.add_argument("--profiles", default=",".join(INTERCONNECTS),
                         help=f"comma-separated profiles (default: all of {', '.join(INTERCONNECTS)})")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
 
     profiles = args.profiles.split(",")

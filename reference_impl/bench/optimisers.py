@@ -23,21 +23,18 @@ other processes stealing BLAS threads.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/optimisers.json")
 
 
 def optimiser_factories() -> dict[str, Callable[[float], Any]]:
@@ -181,14 +178,12 @@ def cost(params: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench optimisers",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("optimisers", __doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test (seconds)")
     parser.add_argument("--steps", type=int, default=600, help="training steps per run (default 600)")
     parser.add_argument("--seeds", type=int, default=5, help="seeded runs at each optimiser's best rate")
     parser.add_argument("--params", type=int, default=1 << 20, help="parameters of the cost model (default 2^20)")
     parser.add_argument("--repeats", type=int, default=30, help="timed update steps per optimiser")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if min(args.steps, args.seeds, args.params, args.repeats) < 1:
         parser.error("--steps, --seeds, --params and --repeats must be >= 1")

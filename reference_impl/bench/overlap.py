@@ -28,13 +28,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from pathlib import Path
 from typing import Any
 
-from .harness import emit, mpi_job, time_interleaved, write_json
+from .harness import bench_parser, emit, mpi_job, time_interleaved, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/overlap.json")
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 N_TENSORS, TENSOR_BYTES = 1000, 4096
 FUSION_BUCKETS = (64 << 10, 256 << 10, 1 << 20, 4 << 20)
@@ -258,7 +256,7 @@ def simulated_curves() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench overlap", description=__doc__.splitlines()[0])
+    parser = bench_parser("overlap", __doc__)
     parser.add_argument("--fusion-ranks", default="2,4", help="rank counts for part (a) (default 2,4)")
     parser.add_argument("--overlap-ranks", default="2", help="rank counts for the ratio sweep (b, c) (default 2)")
     parser.add_argument("--validate-ranks", default="3,4", help="more rank counts at ratio 1 for (c) (default 3,4)")
@@ -266,7 +264,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--worker", choices=("fusion", "overlap"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     ratios = [float(r) for r in args.ratios.split(",")] if args.ratios else []

@@ -24,22 +24,19 @@ op it dispatches (Python overhead) plus the kernels, on this machine. BLAS runs 
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/passes.json")
 TRAIN_WIDTHS, TRAIN_BATCH = (64, 128, 128, 10), 64
 INFER_WIDTHS, INFERENCE_BATCH = (256, 256, 256, 10), 256
 BN_EPS = 1e-3
@@ -174,11 +171,9 @@ def inference_graph(repeats: int, batches: tuple[int, ...]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench passes",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("passes", __doc__)
     parser.add_argument("--repeats", type=int, default=100, help="timed runs per configuration")
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.blas_threads < 0:
         parser.error("need --repeats >= 1 and --blas-threads >= 0")

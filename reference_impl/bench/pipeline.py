@@ -16,7 +16,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
@@ -26,10 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/pipeline.json")
 WIDTH, N_LAYERS, MICRO = 256, 8, 32
 STAGES = (1, 2, 4, 8)
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -131,11 +129,9 @@ def checkpoint_throughput(sizes_mib: tuple[int, ...], repeats: int) -> list[dict
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench pipeline",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("pipeline", __doc__)
     parser.add_argument("--repeats", type=int, default=3, help="measured runs per configuration")
     parser.add_argument("--quick", action="store_true", help="a small sweep (p <= 4, m <= 8, 4 MiB checkpoint)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("need --repeats >= 1")

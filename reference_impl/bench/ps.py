@@ -29,12 +29,10 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -58,10 +56,9 @@ from ..ps.consistency import HashedLogReg, simulate
 from ..ps.embedding import embedding_lookup, embedding_lookup_grad
 from ..ps.hashing import uniform_from_ids
 from ..ps.training import loss_and_grads, model_spec, run_ps_rank
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/ps.json")
 
 
 # --------------------------------------------------------------------------- throughput
@@ -306,9 +303,8 @@ SECTIONS = ("throughput", "traffic", "consistency", "collisions", "wide_deep")
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench ps", description=__doc__.splitlines()[0])
+    parser = bench_parser("ps", __doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the site)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     parser.add_argument("--only", choices=SECTIONS, action="append",
                         help="run only this part (repeatable) and replace it in the existing --out file, "
                              "keeping the other parts; its machine goes under 'section_machines'")

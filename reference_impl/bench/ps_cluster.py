@@ -19,11 +19,9 @@ rule, with the straggler, first reaches that target, next to straggler-free BSP'
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,10 +30,9 @@ from ..comm import Communicator, run_threads
 from ..models.click_log import ClickLog, logloss
 from ..ps import SGD, ClusterSpec, Consistency, ParameterServer
 from ..ps.training import Pace, model_spec, run_ps_rank
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/ps_cluster.json")
 RULES = {
     "bsp": Consistency("bsp"),
     "asp": Consistency("asp"),
@@ -126,8 +123,7 @@ def _s(seconds: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench ps_cluster",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("ps_cluster", __doc__)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=60, help="steps per worker (rounds under bsp/backup)")
     parser.add_argument("--per-worker", type=int, default=32, help="examples per worker per step")
@@ -137,7 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=0.02, help="seconds between model snapshots")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one repeat of 24 steps (a smoke test)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.quick:
         args.repeats, args.steps = 1, 24

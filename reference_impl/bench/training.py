@@ -19,20 +19,17 @@ float16/float32 step-time ratio, which is measured in one process, interleaved.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 import tracemalloc
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .harness import restart_with_blas_threads, write_json
+from .harness import bench_parser, restart_with_blas_threads, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/training.json")
 INITS = {
     "normal(0.05)": ("normal", {"stddev": 0.05}),
     "truncated_normal(0.05)": ("truncated_normal", {"stddev": 0.05}),
@@ -205,11 +202,9 @@ def search(n: int, widths: tuple[int, ...], budget: int, batch: int, seeds: int)
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench training",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("training", __doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test (minutes -> seconds)")
     parser.add_argument("--seeds", type=int, default=8, help="repetitions of random search and halving")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("need --seeds >= 1")

@@ -28,7 +28,6 @@ only ever slow a run down).
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import json
@@ -43,10 +42,9 @@ from typing import Any
 
 import numpy as np
 
-from .harness import write_json
+from .harness import bench_parser, write_json
 from .machine import machine_info
 
-DEFAULT_OUT = Path("docs/assets/bench/training_loop.json")
 _DONE = object()
 
 
@@ -337,12 +335,10 @@ def estimator_experiment(steps: int, batch: int, save_every: list[int], eval_eve
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="python -m reference_impl.bench training_loop",
-                                     description=__doc__.splitlines()[0])
+    parser = bench_parser("training_loop", __doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test (seconds)")
     parser.add_argument("--repeats", type=int, default=5,
                         help="interleaved repeats of the CPU-bound cases (parsing, Estimator); the waits use 3")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON output (default {DEFAULT_OUT})")
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")

@@ -30,16 +30,16 @@ test: $(STAMP)           ## the whole suite
 BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimisers training_loop
 
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
-	for b in $(BENCHMARKS); do $(PY) -m reference_impl.bench $$b || exit 1; done
+	for b in $(BENCHMARKS); do $(PY) -m reference_impl.bench $$b --publish || exit 1; done
 
 bench-cluster: $(STAMP)  ## needs root: the same allreduce on a virtual cluster of network namespaces
-	$(PY) -m reference_impl.bench cluster
+	$(PY) -m reference_impl.bench cluster --publish
 
-release: $(STAMP)        ## learner notebooks (no solutions, no hidden tests) into exercises/release/
+release: $(STAMP)        ## instructors: learner notebooks into exercises/release/ (keeps any edited one); learners use `grader start`
 	$(PY) -m grader release
 
-clean:                   ## build outputs (keeps the venv)
-	rm -rf site exercises/release grader-feedback .pytest_cache
+clean:                   ## build outputs (keeps the venv, and what is a learner's: work/, exercises/release/, grader-feedback/)
+	rm -rf site .pytest_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean         ## also the venv

@@ -1,29 +1,33 @@
 """``python -m grader check NOTEBOOK``: grade one learner notebook against its hidden tests.
 
-The pipeline, all inside a scratch copy of the course (``course.scratch_course``):
+``check_notebook`` is one run on one device, all inside a scratch copy of the course
+(``course.scratch_course``):
 
-1. read the notebook and find its assignment (metadata ``lab.assignment``, else its name);
+1. read the notebook, find its assignment (metadata ``lab.assignment``, else its name, else
+   the learner's ``--assignment``), and parse its solution cells (a ``SyntaxError`` is
+   reported first, with the learner's line, ``grader.tracebacks``);
 2. put it where nbgrader expects a submission: ``submitted/<student>/<assignment>/``, and
    wrap the scratch source's test cells with ``grader.guard`` (a secret token per run: a
    test counts only if its cell ran to its end, untampered); the source gets a fixed slot
    where the token goes, so that the generated assignment can be cached;
 3. in one sandboxed child (``sandbox.run_limited`` running ``grader.steps``):
    ``generate_assignment`` (builds the gradebook, hidden tests included; or copies it from
-   the cache of ``grader.generated`` and writes this run's token into it), ``autograde``
-   (restores locked and test cells from the gradebook, runs the notebook, saves the scores)
-   and ``generate_feedback`` (the HTML report, unless ``feedback=False``); the kernel starts
-   behind ``grader.jail`` (course, cache and hidden tests hidden, private user, process and
-   CPU limits, no network), and what was enforced is reported in ``isolation``;
-4. read the scores nbgrader saved, and a hint per failed test from the autograded
-   notebook's error outputs (the assertion message, which says what was expected and what
-   was found);
-5. copy the feedback HTML out of the scratch course.
+   the cache of ``grader.generated`` and writes this run's token into it) and ``autograde``
+   (restores locked and test cells from the gradebook, runs the notebook, saves the
+   scores; each finished cell is reported to ``progress``, and the first cell past its
+   time limit stops the run); the kernel starts behind ``grader.jail`` (course, cache and
+   hidden tests hidden, private user, process and CPU limits, no network), and what was
+   enforced is reported in ``isolation``;
+4. read the scores nbgrader saved, and per failed test its failure from the autograded
+   notebook's error outputs (the assertion message: what was expected and what was found),
+   the learner's own line it went through, and the instructor's hint (``grader.hints``).
 
-The hidden tests run on the array namespace of ``device`` (``--device cpu|gpu|strict``):
-the kernel gets ``LAB_DEVICE`` from the jail, and an exercise's set-up cell picks its
-namespace with ``reference_impl.backend.get_namespace``. An assignment lists the devices its
-tests support in its source notebook's metadata, ``lab.devices`` (default ``["cpu"]``);
-any other device is refused before grading.
+``grade`` runs it on each device the assignment must pass on and writes the feedback page
+(``grader.feedback``). The hidden tests run on the array namespace of ``device``
+(``--device cpu|gpu|strict``): the kernel gets ``LAB_DEVICE`` from the jail, and an
+exercise's set-up cell picks its namespace with ``reference_impl.backend.get_namespace``.
+An assignment lists the devices its tests support in its source notebook's metadata,
+``lab.devices`` (default ``["cpu"]``); any other device is refused before grading.
 
 A run stopped by the wall-clock limit still gives a result: every test that did not run
 scores 0 with a hint saying why, and ``error`` says where it stopped.
@@ -35,9 +39,10 @@ import re
 import secrets
 import shutil
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .course import (
     Assignment,
@@ -49,7 +54,10 @@ from .course import (
     scratch_course,
 )
 from .generated import TOKEN_SLOT, cache_dir
+from .hints import WrittenHint, site_link, written_hints
+from .tracebacks import defined_names, syntax_errors
 from .guard import HIDDEN_TESTS, instrument, strip_guard_lines
+from .feedback import write_feedback_page
 from .report import CellError, GradingResult, TestResult
 from .sandbox import (
     DEFAULT_MEMORY_MB,
@@ -61,7 +69,7 @@ from .sandbox import (
 
 STUDENT = "learner"
 DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy", "strict": "array_api_strict"}
-DEFAULT_TIMEOUT = 600.0
+DEFAULT_TIMEOUT = 120.0  # a whole check, per device: a hang costs minutes, not ten
 HINT_LIMIT = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -70,20 +78,22 @@ def check_notebook(
     notebook: Path,
     *,
     course: Course,
-    feedback_dir: Path,
     timeout: float = DEFAULT_TIMEOUT,
     cell_timeout: int | None = None,
     memory_mb: int = DEFAULT_MEMORY_MB,
     device: str = "cpu",
-    feedback: bool = True,
+    assignment_name: str | None = None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> GradingResult:
     """Grade ``notebook`` with its tests on ``device``; raises ``course.InputProblem`` for input
     that cannot be graded (including a device the assignment or this machine cannot use).
 
-    ``feedback=False`` skips nbgrader's HTML page (``feedback_html`` stays None): the class
-    workflow writes its own pages from the records."""
+    One run on one device; ``grade`` chooses the devices and writes the feedback page.
+    ``assignment_name`` says which assignment
+    the notebook answers when its metadata does not. ``progress`` is called with each cell's
+    event (``{"cell", "test", "error", "seconds", "run"}``) as soon as the cell has run."""
     content = load_notebook(notebook)
-    assignment, nb_name = course.identify(notebook, content)
+    assignment, nb_name = course.identify(notebook, content, assignment_name)
     _check_cells_belong(notebook, content, course, assignment, nb_name)
     _check_device(device, assignment, nb_name)
     if device == "gpu":
@@ -93,6 +103,7 @@ def check_notebook(
     stem = Path(nb_name).stem
     result = GradingResult(assignment=assignment.name, notebook=str(notebook))
     planned = _planned_tests(assignment, nb_name)
+    unparsable = syntax_errors(content)  # reported first: every test after them fails for this reason
 
     with scratch_course(course, [assignment]) as root:
         scratch = root.parent
@@ -106,11 +117,10 @@ def check_notebook(
             source.write_text(json.dumps(instrument(json.loads(source.read_text(encoding="utf-8")), TOKEN_SLOT)),
                               encoding="utf-8")
         record_file = scratch / "steps.json"
-        steps = "generate,autograde,feedback" if feedback else "generate,autograde"
         argv = [
             sys.executable, "-m", "grader.steps", str(root),
             "--assignment", assignment.name, "--student", STUDENT,
-            "--steps", steps, "--result", str(record_file),
+            "--steps", "generate,autograde", "--result", str(record_file),
         ]
         if cell_timeout is not None:
             argv += ["--cell-timeout", str(cell_timeout)]
@@ -124,9 +134,10 @@ def check_notebook(
         network_off = network_isolation_available()
         env = child_environment(scratch, kernel)
         env["LAB_GUARD_TOKEN"] = token  # for grader.steps; the jail does not pass it to the kernel
+        env["LAB_PROGRESS"] = str(scratch / "progress.jsonl")
         child = run_limited(argv, cwd=root, env=env,
                             timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, network_off=network_off,
-                            kernel_uid=kernel.uid)
+                            kernel_uid=kernel.uid, poll=_follow(Path(env["LAB_PROGRESS"]), progress))
         result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, cell_timeout)
         result.isolation["device"] = f"{device} ({DEVICE_LIBRARIES[device]})"
         record = _read_record(record_file)
@@ -139,10 +150,12 @@ def check_notebook(
         seconds = _cell_seconds(autograded) if autograded.is_file() else {}
         if grades is not None:
             guard = record.get("guard", {}).get(stem, {})
+            lines = guard.get("lines", {})
             result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout, guard)
             for test in result.tests:
                 test.seconds = seconds.get(test.id)
-            result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout)
+                test.line = lines.get(test.id)
+            result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout, lines)
         else:
             result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]
 
@@ -150,12 +163,6 @@ def check_notebook(
         if released.is_file():
             result.tampered = _tampered_cells(content, load_notebook(released))
 
-        feedback = root / "feedback" / STUDENT / assignment.name / f"{stem}.html"
-        if f"{assignment.name}:feedback" in done and feedback.is_file():
-            target = feedback_dir / assignment.name / f"{stem}.html"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(feedback, target)
-            result.feedback_html = str(target.resolve())
 
     if child.timed_out:
         result.timed_out = True
@@ -180,7 +187,129 @@ def check_notebook(
     if why and result.error and not any(t.passed or t.hint for t in result.tests):
         for t in result.tests:
             t.hint = why
+    _explain_broken_cells(result, content, unparsable)
+    _add_written_hints(result.tests, written_hints(course, assignment.name))
+    result.concept_page = _concept_link(assignment, nb_name)
     return result
+
+
+def grade(notebook: Path, *, course: Course, feedback_dir: Path | None, devices: list[str] | None = None,
+          assignment_name: str | None = None, **options: Any) -> GradingResult:
+    """Grade ``notebook`` on each of ``devices`` and write its feedback page into ``feedback_dir``.
+
+    By default the devices are ``cpu``, plus ``strict`` for an assignment whose code must be
+    array-API code (``strict`` in its source's ``lab.devices``): the notebook says to use only
+    the array API standard, and only array_api_strict catches NumPy-only calls, so the grade
+    holds the learner to it. A test passes only if it passed on every device; a failure says
+    on which. ``timeout`` is the budget of the whole check, over all devices; ``options`` go
+    to ``check_notebook`` (limits, ``progress``).
+    """
+    content = load_notebook(notebook)
+    assignment, nb_name = course.identify(notebook, content, assignment_name)
+    if not devices:
+        devices = ["cpu"] + (["strict"] if "strict" in supported_devices(assignment, nb_name) else [])
+    progress = options.get("progress")
+    budget = options.pop("timeout", DEFAULT_TIMEOUT)
+    deadline = time.monotonic() + budget
+    runs = []
+    for device in devices:
+        if runs and (not runs[-1].completed or time.monotonic() >= deadline - 1):
+            break  # the budget is spent, or a run stopped: another device would not change the verdict
+        if progress is not None and len(devices) > 1:
+            progress({"device": f"{device} ({DEVICE_LIBRARIES.get(device, device)})"})
+        runs.append(check_notebook(notebook, course=course, device=device, assignment_name=assignment.name,
+                                   timeout=max(1.0, deadline - time.monotonic()), **options))
+    devices = devices[:len(runs)]
+    result = runs[0] if len(runs) == 1 else _merge(runs, devices)
+    if feedback_dir is not None:
+        page = feedback_dir / assignment.name / f"{Path(nb_name).stem}.html"
+        result.feedback_html = str(write_feedback_page(page, result).resolve())
+    return result
+
+
+def _merge(runs: list[GradingResult], devices: list[str]) -> GradingResult:
+    """One result from runs of the same notebook on several devices: a test passes only if it
+    passed on all of them; a failure shows the first device it failed on."""
+    merged = runs[0]
+    merged.isolation["device"] = " and ".join(r.isolation.get("device", d) for r, d in zip(runs, devices))
+    for other, device in zip(runs[1:], devices[1:]):
+        theirs = {t.id: t for t in other.tests}
+        for test in merged.tests:
+            twin = theirs.get(test.id)
+            if test.passed and twin is not None and not twin.passed:
+                test.passed, test.score = False, twin.score
+                test.hint = f"on {other.isolation.get('device', device)}: {twin.hint}"
+                test.advice, test.read, test.line = twin.advice, twin.read, twin.line
+        merged.error = merged.error or other.error
+        merged.timed_out = merged.timed_out or other.timed_out
+        known = {(e.cell, e.error) for e in merged.cell_errors}
+        merged.cell_errors += [e for e in other.cell_errors if (e.cell, e.error) not in known]
+    return merged
+
+
+def _follow(path: Path, progress: Callable[[dict[str, Any]], None] | None) -> Callable[[], None] | None:
+    """A poller for ``run_limited``: hands each new complete line of ``path`` to ``progress``."""
+    if progress is None:
+        return None
+    offset = 0
+
+    def poll() -> None:
+        nonlocal offset
+        try:
+            with open(path, encoding="utf-8") as f:
+                f.seek(offset)
+                chunk = f.read()
+        except OSError:
+            return
+        complete = chunk[: chunk.rfind("\n") + 1]
+        offset += len(complete.encode("utf-8"))
+        for line in complete.splitlines():
+            try:
+                progress(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+
+    return poll
+
+
+def _explain_broken_cells(result: GradingResult, content: dict[str, Any], unparsable: dict[str, str]) -> None:
+    """Put errors in the learner's own cells first, and say which tests failed only because of them.
+
+    A solution cell that does not parse (found before grading) or raised when it ran leaves
+    its names undefined; the tests that then fail with ``NameError`` are told which cell to
+    fix, instead of each showing the same ``NameError`` with the real error further down.
+    """
+    known = {e.cell for e in result.cell_errors}
+    for cell, message in unparsable.items():
+        if cell in known:
+            result.cell_errors = [e for e in result.cell_errors if e.cell != cell]
+        result.cell_errors.insert(0, CellError(cell, message, None))
+    defined = defined_names(content)
+    broken = {e.cell: e.error for e in result.cell_errors}
+    for test in result.tests:
+        match = re.search(r"NameError: name '(\w+)' is not defined", test.hint or "")
+        cell = defined.get(match.group(1)) if match else None
+        if cell in broken:
+            kind = broken[cell].split(":", 1)[0]
+            test.hint = (f"{match.group(1)} is not defined because cell {cell} failed with {kind}: "
+                         "fix that cell first (at the top of this report)")
+
+
+def _concept_link(assignment: Assignment, nb_name: str) -> str | None:
+    """The site address of the assignment's concept page (its source's ``lab.concept_page``)."""
+    lab = load_notebook(assignment.source_dir / nb_name).get("metadata", {}).get("lab", {})
+    page = lab.get("concept_page") if isinstance(lab, dict) else None
+    return site_link(page) if isinstance(page, str) and page else None
+
+
+def _add_written_hints(tests: list[TestResult], written: dict[str, WrittenHint]) -> None:
+    """Give every failed test the instructor's hint for its failure and the link to read."""
+    for test in tests:
+        hint = written.get(test.id)
+        if test.passed or hint is None or (test.hint or "").startswith(("not run", "not graded")):
+            continue  # a test that did not run has no mistake to hint at
+        test.advice = hint.advice(test.hint)
+        test.read = site_link(hint.read)
 
 
 def supported_devices(assignment: Assignment, nb_name: str) -> list[str]:
@@ -234,8 +363,8 @@ def _check_cells_belong(notebook: Path, content: dict[str, Any], course: Course,
         for source in other.notebooks:
             if mine & _grade_ids(load_notebook(source)):
                 raise InputProblem(
-                    f"{notebook}: a notebook of assignment {other.name} ({source.name}), not of "
-                    f"{assignment.name}: its graded cells are {other.name}'s; hand in {nb_name} of {assignment.name}"
+                    f"{notebook}: this notebook is {other.name} (its graded cells are {other.name}'s, "
+                    f"from {source.name}), not {assignment.name}"
                 )
 
 
@@ -322,9 +451,12 @@ def describe_error(errors: list[dict[str, Any]], cell_timeout: int | None) -> st
     traceback = [_ANSI.sub("", line) for line in error.get("traceback", [])]
     if name == "CellTimeoutError" or any("CellTimeoutError" in line for line in traceback):
         limit = f"{cell_timeout} s" if cell_timeout else "the per-cell limit"
-        return f"stopped: the cell ran longer than {limit} (an endless loop, or a rank waiting forever?)"
+        return (f"stopped: the cell ran longer than {limit} (an endless loop, or a rank waiting forever?); "
+                "the run stopped here")
     if name == "NotImplementedError" and not value:
         return "NotImplementedError: not implemented yet (replace `raise NotImplementedError()` with your code)"
+    if name == "NotRun":  # an earlier cell stopped the run (grader.steps)
+        return value
     if name == "KeyboardInterrupt":
         return "stopped: the cell was interrupted (it ran past the per-cell time limit)"
     if not value:
@@ -362,14 +494,16 @@ def _tests_from_grades(
     return tests
 
 
-def _other_cell_errors(autograded: Path, test_ids: set[str], cell_timeout: int | None) -> list[CellError]:
-    """Errors in cells that are not tests: they explain why the tests after them failed."""
+def _other_cell_errors(autograded: Path, test_ids: set[str], cell_timeout: int | None,
+                       lines: dict[str, str] | None = None) -> list[CellError]:
+    """Errors in cells that are not tests: they explain why the tests after them failed.
+    Cells that did not run because an earlier one stopped the run are left out."""
     if not autograded.is_file():
         return []
     return [
-        CellError(key, describe_error(errors, cell_timeout) or "error")
+        CellError(key, describe_error(errors, cell_timeout) or "error", (lines or {}).get(key))
         for key, errors in _cell_outputs(autograded).items()
-        if errors and key not in test_ids
+        if errors and key not in test_ids and errors[-1].get("ename") != "NotRun"
     ]
 
 

@@ -1,25 +1,25 @@
-"""Command line: ``python -m grader check NOTEBOOK`` and ``list`` for learners; ``release``,
-``collect DIR``, ``autograde``, ``feedback`` and ``export`` for instructors (grader/instructor.py).
+"""Command line. Learners: ``start NN`` (their own copy of an assignment), ``check NOTEBOOK``
+and ``list``. Instructors: ``release``, ``collect DIR``, ``autograde``, ``feedback`` and
+``export`` (grader/instructor.py).
 
-Exit status:
+Exit status (also in every command's ``--help``):
 
-* 0: the notebook was graded (whatever the score), or the release was written;
-* 2: the input cannot be graded (missing file, not a notebook, unknown assignment) or the
-  command line is wrong; one line on stderr says which;
-* 3: grading or releasing did not complete (wall-clock limit reached, nbgrader failed, or a
-  release would leak solutions); the report (if any) still shows what is known.
+* 0: done: the notebook was graded (whatever the score), the copy or the release was written;
+* 2: the input cannot be graded (missing file, not a notebook, unknown or wrong assignment)
+  or the command line is wrong; one line on stderr says which;
+* 3: grading or releasing did not complete (time budget reached, nbgrader failed, or a
+  release would leak solutions); the report (if any) still shows what is known;
+* 130: interrupted (Ctrl-C or SIGTERM); nothing of the run is left running.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 from pathlib import Path
 
-from .check import DEFAULT_TIMEOUT, check_notebook
-from .course import Course, InputProblem, load_notebook, repo_root
-from .hints import failed_with_hints, written_hints
+from .check import DEFAULT_TIMEOUT, grade
+from .course import Course, InputProblem
 from .instructor import (
     DEFAULT_WORKSPACE,
     autograde,
@@ -29,12 +29,31 @@ from .instructor import (
     write_feedback,
 )
 from .release import DEFAULT_TIMEOUT as RELEASE_TIMEOUT
-from .release import ReleaseFailed, ReleaseLeak, release_all
+from .release import ReleaseFailed, ReleaseLeak, release_all, start
+from .report import render_table
 from .sandbox import DEFAULT_MEMORY_MB
 from .scores import read_scores, record_result, render_list
 from .watch import DEFAULT_POLL, watch
 
 EXIT_OK, EXIT_INPUT, EXIT_INCOMPLETE = 0, 2, 3
+
+
+EXIT_CODES = """exit status:
+  0    done (a notebook graded, whatever its score; a copy or a release written)
+  2    bad input or command line: one line on stderr says what (file, assignment, option)
+  3    did not complete (time budget reached, nbgrader failed, a release would leak solutions)
+  130  interrupted (Ctrl-C or SIGTERM)"""
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default in its help (unless the help already says it), and the exit codes
+    kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
 
 
 def _positive(text: str) -> float:
@@ -55,89 +74,104 @@ def _limits(command: argparse.ArgumentParser) -> None:
     """The sandbox limits shared by ``check`` and ``autograde``."""
     command.add_argument(
         "--timeout", type=_positive, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-        help=f"wall-clock limit on the whole grading run (default: {DEFAULT_TIMEOUT:g})",
+        help="time budget of the whole check, in seconds (per device); past it the run stops and "
+             "the tests not reached score 0",
     )
     command.add_argument(
-        "--cell-timeout", type=int, default=None, metavar="SECONDS",
-        help="limit on each cell of the notebook (default: the course's, 60 s)",
+        "--cell-timeout", type=_count, default=None, metavar="SECONDS",
+        help="limit on each cell, in seconds; the first cell past it stops the run "
+             "(default: the course's, 60 s, in exercises/nbgrader_config.py)",
     )
     command.add_argument(
         "--memory-mb", type=int, default=DEFAULT_MEMORY_MB, metavar="MIB",
-        help=f"address-space limit of the grading process (default: {DEFAULT_MEMORY_MB}; 0: none)",
+        help="address-space limit of the grading process in MiB (0: none)",
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m grader",
-        description="Grade lab notebooks against their hidden tests, and release learner versions.",
+        prog="python -m grader", formatter_class=_Help, epilog=EXIT_CODES,
+        description="Grade lab notebooks against their hidden tests, and release learner versions.\n\n"
+                    "A learner: `start 01` copies exercise 01 into work/, `check NOTEBOOK` grades it, "
+                    "`list` shows your scores.",
     )
     parser.add_argument(
-        "--course", type=Path, default=None,
+        "--course", type=Path, default=None, metavar="DIR",
         help="the nbgrader course root (default: exercises/ of this checkout)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    check = commands.add_parser(
-        "check", help="grade a notebook: score table, per-test hints, feedback HTML",
-        description="Grade NOTEBOOK against its assignment's visible and hidden tests.",
-    )
-    check.add_argument("notebook", type=Path, metavar="NOTEBOOK")
-    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    def command(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=description, epilog=EXIT_CODES,
+                                   formatter_class=_Help)
+
+    start = command("start", "copy an assignment's learner notebook into your work folder",
+                    "Copy the learner version of each ASSIGNMENT to WORK/<assignment>/<notebook>.ipynb. "
+                    "A notebook already there is never overwritten: it is your work.")
+    start.add_argument("assignments", nargs="+", metavar="ASSIGNMENT",
+                       help="which ones: 01, 1, 01_ring_allreduce or ring_allreduce (several may be given)")
+    start.add_argument("--dir", type=Path, default=Path("work"), metavar="WORK",
+                       help="your work folder (relative to the current directory)")
+
+    check = command("check", "grade a notebook: score table, per-test hints, feedback page",
+                    "Grade NOTEBOOK against its assignment's visible and hidden tests. Progress is shown "
+                    "on stderr as each test runs; the report goes to stdout.")
+    check.add_argument("notebook", type=Path, metavar="NOTEBOOK", help="the .ipynb file to grade")
+    check.add_argument("--assignment", default=None, metavar="NAME",
+                       help="the assignment the notebook answers, for a notebook without lab.assignment "
+                            "metadata (default: from its metadata, else its file name)")
+    check.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    check.add_argument("--verbose", action="store_true",
+                       help="also show what the sandbox enforced (limits, network, processes, files)")
     check.add_argument(
-        "--feedback-dir", type=Path, default=Path("grader-feedback"),
-        help="where the feedback HTML goes (default: grader-feedback/ in the current directory)",
+        "--feedback-dir", type=Path, default=Path("grader-feedback"), metavar="DIR",
+        help="where the feedback page and the score book go (relative to the current directory)",
     )
     _limits(check)
     check.add_argument("--watch", action="store_true", help="grade again every time NOTEBOOK is saved")
     check.add_argument("--max-runs", type=_count, default=None, metavar="N",
                        help="with --watch: stop after N grading runs (default: until Ctrl-C)")
     check.add_argument("--poll", type=_positive, default=DEFAULT_POLL, metavar="SECONDS",
-                       help=f"with --watch: how often to look for a save (default: {DEFAULT_POLL:g})")
-    check.add_argument("--device", choices=("cpu", "gpu", "strict"), default="cpu",
-                       help="the array namespace the tests run on: cpu (NumPy), gpu (CuPy, needs a GPU) "
-                            "or strict (array_api_strict: only the array API standard); the assignment "
-                            "must list it in its lab.devices (default: cpu)")
+                       help="with --watch: how often to look for a save, in seconds")
+    check.add_argument("--device", choices=("cpu", "gpu", "strict"), default=None,
+                       help="the array namespace the tests run on: cpu (NumPy), gpu (CuPy, needs a GPU) or "
+                            "strict (array_api_strict: only the array API standard); the assignment must list "
+                            "it in its lab.devices (default: cpu, and strict as well for an assignment whose "
+                            "code must be array-API code)")
 
-    listing = commands.add_parser(
-        "list", help="every assignment with your latest score",
-        description="Show every assignment of the course with the latest score of `check`.",
-    )
-    listing.add_argument("--feedback-dir", type=Path, default=Path("grader-feedback"),
-                         help="where `check` recorded the scores (default: grader-feedback/)")
+    listing = command("list", "every assignment with your best and latest score",
+                      "Show every assignment of the course with the best and the latest score of `check`.")
+    listing.add_argument("--feedback-dir", type=Path, default=Path("grader-feedback"), metavar="DIR",
+                         help="where `check` recorded the scores")
 
-    def workspace(command: argparse.ArgumentParser) -> None:
-        command.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE,
-                             help=f"the class workspace (default: {DEFAULT_WORKSPACE}/ in the current directory)")
+    def workspace(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
+                         help="the class workspace (relative to the current directory)")
 
-    collect_cmd = commands.add_parser(
-        "collect", help="copy a folder of submissions into the class workspace",
-        description="Collect DIR/<student>.ipynb and DIR/<student>/<notebook>.ipynb into the workspace.",
-    )
-    collect_cmd.add_argument("folder", type=Path, metavar="DIR")
+    collect_cmd = command("collect", "copy a folder of submissions into the class workspace",
+                          "Collect DIR/<student>.ipynb and DIR/<student>/<notebook>.ipynb into the workspace.")
+    collect_cmd.add_argument("folder", type=Path, metavar="DIR", help="the folder of submissions")
     workspace(collect_cmd)
-    autograde_cmd = commands.add_parser(
-        "autograde", help="grade every collected submission, one process per core",
-        description="Grade the collected submissions in parallel; a bad one never stops the rest.",
-    )
+    autograde_cmd = command("autograde", "grade every collected submission, one process per core",
+                            "Grade the collected submissions in parallel; a bad one never stops the rest.")
     workspace(autograde_cmd)
     autograde_cmd.add_argument("--jobs", type=_count, default=None, metavar="N",
                                help=f"submissions graded at once (default: one per core, here {cores()})")
     _limits(autograde_cmd)
-    feedback_cmd = commands.add_parser("feedback", help="write an HTML feedback page per student")
+    feedback_cmd = command("feedback", "write an HTML feedback page per student",
+                           "Write workspace/feedback/<student>.html from the grading records.")
     workspace(feedback_cmd)
-    export_cmd = commands.add_parser("export", help="write the scores as CSV and JSON")
+    export_cmd = command("export", "write the scores as CSV and JSON",
+                         "Write workspace/scores.csv and scores.json from the grading records.")
     workspace(export_cmd)
 
-    release = commands.add_parser(
-        "release", help="write the learner version of every assignment",
-        description="Generate the learner notebooks (no solutions, no hidden tests).",
-    )
-    release.add_argument(
-        "--out", type=Path, default=None,
-        help="output folder (default: exercises/release/)",
-    )
-    release.add_argument("--timeout", type=_positive, default=RELEASE_TIMEOUT, metavar="SECONDS")
+    release = command("release", "write the learner version of every assignment (instructors)",
+                      "Generate the learner notebooks (no solutions, no hidden tests). A notebook in OUT that "
+                      "was edited since it was released is kept as it is and reported, never overwritten.")
+    release.add_argument("--out", type=Path, default=None, metavar="DIR",
+                         help="output folder (default: exercises/release/ of the course)")
+    release.add_argument("--timeout", type=_positive, default=RELEASE_TIMEOUT, metavar="SECONDS",
+                         help="limit on nbgrader's generate step, in seconds")
     return parser
 
 
@@ -146,9 +180,19 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
+def _show_progress(event: dict) -> None:
+    """One line on stderr per test (and per failing cell of the learner's) as soon as it has run."""
+    if "device" in event:
+        print(f"on {event['device']}:", file=sys.stderr, flush=True)
+    elif not event.get("run"):  # an earlier cell stopped the run: its report says so, once
+        return
+    elif event.get("test") or event.get("error"):
+        word = f"error ({event['error']})" if event.get("error") else "ran"
+        kind = "test" if event.get("test") else "cell"
+        print(f"  {kind} {event['cell']}: {word}, {event['seconds']:.2f} s", file=sys.stderr, flush=True)
+
+
 def _check(args: argparse.Namespace) -> int:
-    if args.cell_timeout is not None and args.cell_timeout <= 0:
-        return _fail(f"--cell-timeout must be a positive number of seconds, got {args.cell_timeout}", EXIT_INPUT)
     if args.max_runs is not None and not args.watch:
         return _fail("--max-runs only makes sense with --watch", EXIT_INPUT)
     course = Course.at(args.course)
@@ -156,31 +200,22 @@ def _check(args: argparse.Namespace) -> int:
 
     def grade_once() -> None:
         nonlocal status
-        result = check_notebook(
+        result = grade(
             args.notebook,
             course=course,
             feedback_dir=args.feedback_dir,
+            devices=[args.device] if args.device else None,
+            assignment_name=args.assignment,
             timeout=args.timeout,
             cell_timeout=args.cell_timeout,
             memory_mb=args.memory_mb,
-            device=args.device,
+            progress=_show_progress,
         )
         record_result(args.feedback_dir, result)
-        concept = _concept_page(args.notebook)
-        data = json.loads(result.to_json())
-        hints = failed_with_hints(data["tests"], written_hints(course, result.assignment))
         if args.json:
-            data["concept_page"] = concept
-            data["written_hints"] = hints
-            print(json.dumps(data, indent=2), flush=True)
+            print(result.to_json(), flush=True)
         else:
-            print(result.to_table())
-            if hints:
-                print("Hints from the instructor:")
-                for test_id, hint in hints.items():
-                    print(f"  - {test_id}: {hint}")
-            if concept:
-                print(f"Read more: {concept}")
+            print(render_table(result, verbose=args.verbose))
             print(flush=True)
         status = EXIT_OK
         if not result.completed:
@@ -201,18 +236,21 @@ def _check(args: argparse.Namespace) -> int:
     return status
 
 
-def _concept_page(notebook: Path) -> str | None:
-    """Where to read about the assignment: its ``lab.concept_page`` (a page of docs/), or None."""
+def _start(args: argparse.Namespace) -> int:
+    course = Course.at(args.course)
     try:
-        lab = load_notebook(notebook).get("metadata", {}).get("lab", {})
-    except InputProblem:
-        return None
-    page = lab.get("concept_page") if isinstance(lab, dict) else None
-    if not isinstance(page, str) or not page:
-        return None
-    local = repo_root() / "docs" / page
-    site = page[:-3] + "/" if page.endswith(".md") else page
-    return f"{local} (on the site: {site})" if local.is_file() else f"the site's page {site}"
+        done = start(course, args.assignments, args.dir)
+    except ReleaseLeak as exc:
+        return _fail(f"refused, the learner version would leak: {exc}", EXIT_INCOMPLETE)
+    except ReleaseFailed as exc:
+        return _fail(f"could not make the learner version: {exc}", EXIT_INCOMPLETE)
+    for path in done.written:
+        print(f"{path}: your copy; open it with: .venv/bin/jupyter lab {path}")
+    for path in done.kept:
+        print(f"{path}: already there, kept as it is (your work is never overwritten)")
+    notebook = (done.written or done.kept)[0]
+    print(f"grade your work with: .venv/bin/python -m grader check {notebook}")
+    return EXIT_OK
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -259,13 +297,16 @@ def _release(args: argparse.Namespace) -> int:
     course = Course.at(args.course)
     out = args.out if args.out is not None else course.root / "release"
     try:
-        written = release_all(course, out, timeout=args.timeout)
+        done = release_all(course, out, timeout=args.timeout)
     except ReleaseLeak as exc:
         return _fail(f"release refused, it would leak: {exc}", EXIT_INCOMPLETE)
     except ReleaseFailed as exc:
         return _fail(f"release failed: {exc}", EXIT_INCOMPLETE)
-    for path in written:
+    for path in done.written:
         print(path)
+    for path in done.kept:
+        print(f"{path}: kept as it is: edited since it was released (move it away to get the new version)",
+              file=sys.stderr)
     return EXIT_OK
 
 
@@ -275,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     # kills the grading child on the way out instead of leaving it running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        commands = {"check": _check, "release": _release, "list": _list, "collect": _collect,
+        commands = {"start": _start, "check": _check, "release": _release, "list": _list, "collect": _collect,
                     "autograde": _autograde, "feedback": _feedback, "export": _export}
         return commands[args.command](args)
     except InputProblem as exc:

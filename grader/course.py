@@ -85,38 +85,53 @@ class Course:
                 return assignment
         return None
 
-    def identify(self, notebook: Path, content: dict[str, Any]) -> tuple[Assignment, str]:
+    def identify(self, notebook: Path, content: dict[str, Any],
+                 claimed: str | None = None) -> tuple[Assignment, str]:
         """Which assignment, and which of its notebooks, ``notebook`` is an attempt at.
 
-        The notebook's own metadata (``lab.assignment``) decides; without it, its file name
-        must match ``source/*/<name>.ipynb``. Returns the assignment and the source notebook's
+        The notebook's own metadata (``lab.assignment``) says what it is; ``claimed`` (the
+        learner's ``--assignment``) names it when it has none. When the metadata, the claim
+        and the file name disagree, the learner gets one line saying which is which, instead
+        of a grade for the wrong assignment. Returns the assignment and the source notebook's
         file name (the name nbgrader expects the submission to have).
         """
         lab = content.get("metadata", {}).get("lab", {})
         declared = lab.get("assignment") if isinstance(lab, dict) else None
         known = ", ".join(a.name for a in self.assignments) or "none"
-        if declared is not None:
-            assignment = self.assignment(str(declared))
-            if assignment is None:
+        by_name = [a for a in self.assignments if notebook.name in {p.name for p in a.notebooks}]
+        if claimed is not None:
+            wanted = self.assignment(claimed)
+            if wanted is None:
+                raise InputProblem(f"--assignment {claimed}: no such assignment; this course has: {known}")
+            if declared is not None and str(declared) != wanted.name:
+                raise InputProblem(f"{notebook}: this notebook is {declared} (its metadata), not {wanted.name}")
+        elif declared is not None:
+            wanted = self.assignment(str(declared))
+            if wanted is None:
                 raise InputProblem(
                     f"{notebook}: unknown assignment {declared!r} in its metadata "
                     f"(lab.assignment); this course has: {known}"
                 )
-            names = [p.name for p in assignment.notebooks]
-            if notebook.name in names:
-                return assignment, notebook.name
-            if len(names) == 1:
-                return assignment, names[0]
+            if by_name and wanted not in by_name:
+                raise InputProblem(
+                    f"{notebook}: this notebook is {wanted.name}, not {by_name[0].name} as its file name "
+                    f"says; grade it with --assignment {wanted.name}, or check the notebook of {by_name[0].name}"
+                )
+        elif len(by_name) == 1:
+            return by_name[0], notebook.name
+        else:
             raise InputProblem(
-                f"{notebook}: assignment {assignment.name} has several notebooks "
-                f"({', '.join(names)}); rename the file to the one it answers"
+                f"{notebook}: which assignment is this? The notebook has no lab.assignment metadata and "
+                f"its name matches no source/*/{notebook.name}; name it with --assignment (one of: {known})"
             )
-        matches = [a for a in self.assignments if notebook.name in {p.name for p in a.notebooks}]
-        if len(matches) == 1:
-            return matches[0], notebook.name
+        names = [p.name for p in wanted.notebooks]
+        if notebook.name in names:
+            return wanted, notebook.name
+        if len(names) == 1:
+            return wanted, names[0]
         raise InputProblem(
-            f"{notebook}: unknown assignment: the notebook has no lab.assignment metadata and "
-            f"its name matches no source/*/{notebook.name} in the course (assignments: {known})"
+            f"{notebook}: assignment {wanted.name} has several notebooks "
+            f"({', '.join(names)}); rename the file to the one it answers"
         )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import os
 import re
 import sys
 import types
@@ -39,6 +40,10 @@ from typing import Any
 MARK = "lab-guard"
 REFERENCE_DIR = str(Path(__file__).resolve().parent.parent / "reference_impl")
 GRADER_DIR = str(Path(__file__).resolve().parent)
+# Python's own folders, also as real paths: a venv reached through a symbolic link gives code
+# file names under the link while ``numpy.__file__`` resolves to the target, and both are Python's.
+INSTALLED = tuple(dict.fromkeys(p for prefix in (sys.prefix, sys.base_prefix)
+                                for p in (prefix, os.path.realpath(prefix))))
 _PROTECTED_BUILTINS = ("print", "open", "isinstance", "len", "sum", "sorted", "all", "any", "abs",
                        "min", "max", "range", "zip", "tuple", "list", "dict", "set", "exec",
                        "compile", "__import__", "repr", "str", "int", "float", "bool", "type", "globals")
@@ -292,24 +297,33 @@ def _refuse(test: str, reason: str) -> None:
     raise TamperedError(f"test {test} refused: {reason}")
 
 
+@functools.lru_cache(maxsize=None)
+def _real_path(name: str) -> str:
+    return name if name.startswith("<") else os.path.realpath(name)
+
+
+def _real_file(code: types.CodeType) -> str:
+    """The file ``code`` was loaded from, with symbolic links resolved (``<frozen ...>`` as it is)."""
+    return _real_path(code.co_filename)
+
+
 def _foreign(obj: Any, home: str) -> bool:
     """Whether ``obj`` is a Python function whose code was not loaded from under ``home``."""
     code = getattr(obj, "__code__", None)
-    return isinstance(code, types.CodeType) and not code.co_filename.startswith(home)
+    return isinstance(code, types.CodeType) and not _real_file(code).startswith(home)
 
 
 def _from_notebook(obj: Any) -> bool:
     """Whether ``obj`` is a Python function written outside the lab, Python and its packages."""
     code = getattr(obj, "__code__", None)
-    return isinstance(code, types.CodeType) and not code.co_filename.startswith(
-        (REFERENCE_DIR, sys.prefix, sys.base_prefix, GRADER_DIR, "<frozen "))
+    return isinstance(code, types.CodeType) and not _real_file(code).startswith(
+        (REFERENCE_DIR, GRADER_DIR, "<frozen ") + INSTALLED)
 
 
 def _from_installed(obj: Any) -> bool:
     """Whether ``obj`` is a Python function installed with Python (IPython's own methods)."""
     code = getattr(obj, "__code__", None)
-    return isinstance(code, types.CodeType) and code.co_filename.startswith(
-        (sys.prefix, sys.base_prefix, "<frozen "))
+    return isinstance(code, types.CodeType) and _real_file(code).startswith(("<frozen ",) + INSTALLED)
 
 
 def tampering(namespace: dict[str, Any], helpers: dict[str, str]) -> str | None:
@@ -346,7 +360,7 @@ def tampering(namespace: dict[str, Any], helpers: dict[str, str]) -> str | None:
     for module_name, module in list(sys.modules.items()):
         if not module_name.startswith("reference_impl") or module is None:
             continue
-        if not str(getattr(module, "__file__", "") or "").startswith(REFERENCE_DIR):
+        if not _real_path(str(getattr(module, "__file__", "") or "")).startswith(REFERENCE_DIR):
             return f"the notebook replaced the module {module_name}"
         for attr, value in list(vars(module).items()):
             if not attr.startswith("__") and _from_notebook(value):

@@ -14,7 +14,7 @@ per student) and ``DIR/<student>/<anything>.ipynb`` (a folder per student, any n
 notebooks). Which assignment a notebook answers is decided at grading time, as for a
 learner's ``check`` (its ``lab.assignment`` metadata, else its file name).
 
-``autograde`` grades each submission with ``check.check_notebook`` (so each runs in its own
+``autograde`` grades each submission with ``check.grade`` (so each runs in its own
 sandboxed child process, with the same limits as a learner's check), ``jobs`` at a time
 (default: one per core). A submission that cannot be graded (not JSON, unknown assignment,
 a kernel that hangs) gets a record saying why, and the others go on.
@@ -22,22 +22,20 @@ a kernel that hangs) gets a record saying why, and the others go on.
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .check import DEFAULT_TIMEOUT, check_notebook
+from .feedback import render_page
+from .check import DEFAULT_TIMEOUT, grade
 from .course import Course, InputProblem
-from .hints import failed_with_hints, written_hints
 from .sandbox import DEFAULT_MEMORY_MB
 
 DEFAULT_WORKSPACE = Path("grader-class")
@@ -140,19 +138,15 @@ def grade_submission(sub: Submission, course_root: str, timeout: float,
     """
     record: dict[str, Any] = {"student": sub.student, "submission": sub.path.name, "assignment": None,
                               "status": "error", "score": 0.0, "max_score": 0.0, "tests": [],
-                              "error": None, "tampered": [], "cell_errors": []}
+                              "error": None, "tampered": [], "cell_errors": [], "concept_page": None}
     start = time.monotonic()
     try:
-        with tempfile.TemporaryDirectory(prefix="dl-lab-autograde-") as scratch:
-            result = check_notebook(sub.path, course=Course(Path(course_root)), feedback_dir=Path(scratch),
-                                    timeout=timeout, cell_timeout=cell_timeout, memory_mb=memory_mb,
-                                    feedback=False)
+        result = grade(sub.path, course=Course(Path(course_root)), feedback_dir=None,
+                       timeout=timeout, cell_timeout=cell_timeout, memory_mb=memory_mb)
         data = json.loads(result.to_json())
-        for key in ("assignment", "score", "max_score", "tests", "error", "tampered", "cell_errors"):
+        for key in ("assignment", "score", "max_score", "tests", "error", "tampered", "cell_errors",
+                    "concept_page"):
             record[key] = data.get(key, record[key])
-        written = failed_with_hints(record["tests"], written_hints(Course(Path(course_root)), result.assignment))
-        for t in record["tests"]:
-            t["written_hint"] = written.get(t["id"])
         record["status"] = "graded" if result.completed else "incomplete"
     except InputProblem as exc:
         record.update(status="invalid", error=str(exc).replace(str(sub.path), sub.key))
@@ -220,52 +214,6 @@ def load_records(workspace: Path) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------- feedback
 
 
-_STYLE = """body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem}
-table{border-collapse:collapse;width:100%;margin-bottom:1rem}th,td{border:1px solid #ccc;padding:.3rem .5rem;
-text-align:left;vertical-align:top}td.num{text-align:right}.pass{color:#1a7f37}.fail{color:#cf222e}
-.note{background:#fff8c5;padding:.5rem}"""
-
-
-def _written(test: dict[str, Any]) -> str:
-    hint = test.get("written_hint")
-    return f"<br><em>Hint: {html.escape(hint)}</em>" if hint else ""
-
-
-def feedback_page(student: str, records: list[dict[str, Any]]) -> str:
-    """One student's HTML page: per submission the score, a row per test with its hint.
-
-    Only test names, points and the one-line hints appear: no test code, so hidden tests
-    stay hidden.
-    """
-    esc = html.escape
-    total = sum(r["score"] for r in records)
-    possible = sum(r["max_score"] for r in records)
-    parts = [(f"<!doctype html><html><head><meta charset='utf-8'><title>Feedback for {esc(student)}</title>"
-              f"<style>{_STYLE}</style></head><body>"),
-             f"<h1>Feedback for {esc(student)}</h1>",
-             f"<p>Total: <strong>{total:g} / {possible:g}</strong> points over {len(records)} submission(s).</p>"]
-    for r in records:
-        title = r.get("assignment") or "(assignment not recognised)"
-        parts.append(f"<h2>{esc(title)}: {esc(r['submission'])} &mdash; {r['score']:g} / {r['max_score']:g}</h2>")
-        if r.get("error"):
-            parts.append(f"<p class='note'>{esc(r['status'])}: {esc(r['error'])}</p>")
-        if r.get("tests"):
-            parts.append("<table><tr><th>test</th><th>points</th><th>max</th><th>result</th><th>hint</th></tr>")
-            for t in r["tests"]:
-                cls, word = ("pass", "pass") if t["passed"] else ("fail", "FAIL")
-                parts.append(f"<tr><td>{esc(t['id'])}</td><td class='num'>{t['score']:g}</td>"
-                             f"<td class='num'>{t['max_score']:g}</td><td class='{cls}'>{word}</td>"
-                             f"<td>{esc(t.get('hint') or '')}{_written(t)}</td></tr>")
-            parts.append("</table>")
-        for e in r.get("cell_errors", []):
-            parts.append(f"<p class='note'>cell {esc(e['cell'])}: {esc(e['error'])}</p>")
-        if r.get("tampered"):
-            parts.append("<p class='note'>Locked cells changed in the submission (graded with their original "
-                         f"text): {esc(', '.join(r['tampered']))}</p>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
 def write_feedback(workspace: Path) -> list[Path]:
     """``feedback/<student>.html`` for every student with records; returns the pages written."""
     by_student: dict[str, list[dict[str, Any]]] = {}
@@ -276,7 +224,7 @@ def write_feedback(workspace: Path) -> list[Path]:
     written = []
     for student, records in sorted(by_student.items()):
         page = out / f"{student}.html"
-        page.write_text(feedback_page(student, records), encoding="utf-8")
+        page.write_text(render_page(f"Feedback for {student}", records), encoding="utf-8")
         written.append(page)
     return written
 

@@ -1,4 +1,4 @@
-"""``python -m grader release``: the learner versions of every assignment.
+"""``python -m grader release`` (the instructor's) and ``start`` (the learner's): learner versions.
 
 nbgrader's ``generate_assignment`` runs in a scratch copy of the course; only the released
 notebooks are copied out (``<out>/<assignment>/<notebook>.ipynb``), never the gradebook that
@@ -6,16 +6,22 @@ holds the hidden tests. Before anything is written, every released notebook is c
 leaks: no solution or hidden-test delimiter, and no line that only appears inside a solution
 or hidden-test region of the source. A leak is an error (``ReleaseLeak``), not a warning:
 a released notebook with the answers in it cannot be taken back.
+
+Neither command destroys a learner's work. ``start`` copies one assignment into the
+learner's own folder (``work/<assignment>/``) and never replaces a file there; ``release``
+replaces a notebook only while it is exactly what was released before (``.released.json``).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .course import Course, cell_source, scratch_course
+from .course import Assignment, Course, InputProblem, cell_source, scratch_course
 from .sandbox import child_environment, run_limited
 
 DEFAULT_TIMEOUT = 300.0
@@ -66,52 +72,131 @@ def check_no_leaks(source_notebook: dict, released_notebook: dict, name: str) ->
             )
 
 
-def release_all(course: Course, out: Path, *, timeout: float = DEFAULT_TIMEOUT) -> list[Path]:
-    """Generate every assignment's learner version into ``out``; return the notebooks written."""
-    assignments = course.assignments
+MANIFEST = ".released.json"  # in the release folder: the hash of every notebook as it was released
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass
+class Released:
+    """What a release did: the notebooks written, and those kept because someone edited them."""
+
+    written: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)
+
+
+def generate_release(course: Course, assignments: list[Assignment], root: Path, *,
+                     timeout: float = DEFAULT_TIMEOUT) -> list[tuple[Path, str]]:
+    """Run nbgrader's ``generate_assignment`` in the scratch course ``root``; the released
+    notebooks, each with its path relative to a release folder, checked for leaks."""
+    if not assignments:
+        raise ReleaseFailed(f"{course.root / 'source'} holds no assignment")
+    scratch = root.parent
+    record_file = scratch / "steps.json"
+    argv = [sys.executable, "-m", "grader.steps", str(root), "--steps", "generate",
+            "--result", str(record_file)]
+    for assignment in assignments:
+        argv += ["--assignment", assignment.name]
+    child = run_limited(argv, cwd=root, env=child_environment(scratch), timeout=timeout)
+    if child.timed_out:
+        raise ReleaseFailed(f"nbgrader generate_assignment ran past {timeout:g} s")
+    try:
+        record = json.loads(record_file.read_text())
+    except (OSError, json.JSONDecodeError):
+        record = {}
+    if child.returncode != 0 or record.get("failed"):
+        failed = record.get("failed") or {}
+        tail = [line for line in child.stderr.splitlines() if line.strip()]
+        message = failed.get("message") or (tail[-1] if tail else f"exit status {child.returncode}")
+        raise ReleaseFailed(
+            f"nbgrader generate_assignment failed for {failed.get('assignment', '?')}: {message}"
+        )
+    staged = []
+    for assignment in assignments:
+        for source in assignment.notebooks:
+            released = root / "release" / assignment.name / source.name
+            if not released.is_file():
+                raise ReleaseFailed(f"nbgrader produced no {released.relative_to(root)}")
+            check_no_leaks(
+                json.loads(source.read_text(encoding="utf-8")),
+                json.loads(released.read_text(encoding="utf-8")),
+                f"{assignment.name}/{source.name}",
+            )
+            staged.append((released, f"{assignment.name}/{source.name}"))
+    return staged
+
+
+def release_all(course: Course, out: Path, *, timeout: float = DEFAULT_TIMEOUT) -> Released:
+    """Generate every assignment's learner version into ``out``, never over an edited notebook.
+
+    ``out/.released.json`` holds the hash of each notebook as released. A notebook already in
+    ``out`` is replaced only if it is still exactly what was released (or what would be
+    released now); one that differs was edited, by a learner who worked in it, and is kept
+    as it is and reported, whatever the cost of a stale release.
+    """
     source_dir = (course.root / "source").resolve()
     if out.resolve() == source_dir or source_dir in out.resolve().parents:
         raise ReleaseFailed(f"refusing to write the release into the course sources ({out})")
-    if not assignments:
-        raise ReleaseFailed(f"{course.root / 'source'} holds no assignment")
+    manifest_path = out / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        manifest = {}
+    done = Released()
     with scratch_course(course) as root:
-        scratch = root.parent
-        record_file = scratch / "steps.json"
-        argv = [sys.executable, "-m", "grader.steps", str(root), "--steps", "generate",
-                "--result", str(record_file)]
-        for assignment in assignments:
-            argv += ["--assignment", assignment.name]
-        child = run_limited(argv, cwd=root, env=child_environment(scratch), timeout=timeout)
-        if child.timed_out:
-            raise ReleaseFailed(f"nbgrader generate_assignment ran past {timeout:g} s")
-        try:
-            record = json.loads(record_file.read_text())
-        except (OSError, json.JSONDecodeError):
-            record = {}
-        if child.returncode != 0 or record.get("failed"):
-            failed = record.get("failed") or {}
-            tail = [line for line in child.stderr.splitlines() if line.strip()]
-            message = failed.get("message") or (tail[-1] if tail else f"exit status {child.returncode}")
-            raise ReleaseFailed(
-                f"nbgrader generate_assignment failed for {failed.get('assignment', '?')}: {message}"
-            )
-
-        staged: list[tuple[Path, Path]] = []
-        for assignment in assignments:
-            for source in assignment.notebooks:
-                released = root / "release" / assignment.name / source.name
-                if not released.is_file():
-                    raise ReleaseFailed(f"nbgrader produced no {released.relative_to(root)}")
-                check_no_leaks(
-                    json.loads(source.read_text(encoding="utf-8")),
-                    json.loads(released.read_text(encoding="utf-8")),
-                    f"{assignment.name}/{source.name}",
-                )
-                staged.append((released, out / assignment.name / source.name))
-
-        written = []
-        for released, target in staged:
+        for released, relative in generate_release(course, course.assignments, root, timeout=timeout):
+            target = out / relative
+            new_hash = _sha256(released)
+            if target.exists():
+                old_hash = _sha256(target)
+                if old_hash != new_hash and manifest.get(relative) != old_hash:
+                    done.kept.append(target)
+                    continue
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(released, target)
-            written.append(target)
-    return written
+            manifest[relative] = new_hash
+            done.written.append(target)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return done
+
+
+def find_assignment(course: Course, name: str) -> Assignment:
+    """The assignment a learner means by ``name``: ``01``, ``1``, ``01_ring_allreduce`` or ``ring_allreduce``."""
+    wanted = name.strip().rstrip("/").lower()
+    for assignment in course.assignments:
+        number, _, topic = assignment.name.partition("_")
+        if wanted in (assignment.name.lower(), topic.lower()) or (wanted.isdigit() and number.isdigit()
+                                                                  and int(wanted) == int(number)):
+            return assignment
+    known = ", ".join(a.name for a in course.assignments)
+    raise InputProblem(f"no assignment {name!r} in the course; it has: {known}")
+
+
+def start(course: Course, names: list[str], work: Path, *, timeout: float = DEFAULT_TIMEOUT) -> Released:
+    """``python -m grader start NN ...``: the learner version of each assignment in ``work/<assignment>/``.
+
+    A notebook already there is never touched, whatever it holds: it is the learner's work.
+    """
+    assignments = list(dict.fromkeys(find_assignment(course, name) for name in names))
+    done = Released()
+    missing = []
+    for assignment in assignments:
+        targets = [work / assignment.name / source.name for source in assignment.notebooks]
+        done.kept += [t for t in targets if t.exists()]
+        if not all(t.exists() for t in targets):
+            missing.append(assignment)
+    if not missing:
+        return done
+    with scratch_course(course, missing) as root:
+        for released, relative in generate_release(course, missing, root, timeout=timeout):
+            target = work / relative
+            if target.exists():
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "xb") as f:  # exclusive: never replaces a file that appeared meanwhile
+                f.write(released.read_bytes())
+            done.written.append(target)
+    return done

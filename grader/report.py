@@ -32,8 +32,11 @@ class TestResult:
     score: float
     max_score: float
     passed: bool
-    hint: str | None = None
+    hint: str | None = None  # the failure itself: the assertion's message, or why the test did not run
     seconds: float | None = None  # the test cell's run time in the kernel (None: it did not run)
+    advice: str | None = None  # the instructor's hint for this mistake (grader.hints), failed tests only
+    read: str | None = None  # the address of the paragraph of the site that explains the concept
+    line: str | None = None  # the learner's own line the failure went through ("cell ring, line 7: ...")
 
 
 @dataclass
@@ -42,6 +45,7 @@ class CellError:
 
     cell: str
     error: str
+    line: str | None = None  # the learner's own line the error went through
 
 
 @dataclass
@@ -58,6 +62,7 @@ class GradingResult:
     tampered: list[str] = field(default_factory=list)
     isolation: dict[str, str] = field(default_factory=dict)  # what the sandbox enforced
     steps: dict[str, object] = field(default_factory=dict)  # nbgrader's steps: seconds, generated how
+    concept_page: str | None = None  # the site address of the assignment's concept page
 
     @property
     def score(self) -> float:
@@ -86,6 +91,7 @@ class GradingResult:
             "tampered": self.tampered,
             "isolation": self.isolation,
             "steps": self.steps,
+            "concept_page": self.concept_page,
         }
         return json.dumps(data, indent=2)
 
@@ -101,32 +107,53 @@ def _seconds(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f} s"
 
 
-def render_table(result: GradingResult) -> str:
-    """A plain-text report: one row per test, the total, then notes and the feedback path."""
+def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
+    lines = textwrap.wrap(text, width - len(first)) or [""]
+    return [first + lines[0]] + [rest + line for line in lines[1:]]
+
+
+def render_table(result: GradingResult, *, verbose: bool = False) -> str:
+    """A plain-text report: errors in the learner's own cells first, one row per test (with the
+    failure, the learner's line and the hint), the total, then the feedback page and where to read.
+
+    Tests that did not run for the same reason (an earlier cell stopped the run) share one
+    line. ``verbose`` adds what the sandbox enforced.
+    """
     width = max(72, min(shutil.get_terminal_size((100, 24)).columns, 160))
-    id_w = max([len("test")] + [len(t.id) for t in result.tests])
-    head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  {'time':>7}  status"
     lines = [
         f"Assignment {result.assignment}: {result.notebook}"
         + (f"  (device: {result.isolation['device']})" if "device" in result.isolation else ""),
         "",
-        head,
-        "-" * len(head),
     ]
-    indent = " " * (id_w + 2)
-    for t in result.tests:
+    if result.cell_errors:
+        lines.append("Fix these first (errors in cells that are not tests):")
+        for e in result.cell_errors:
+            lines.extend(_wrapped(f"cell {e.cell}: {e.error}", width, "  - ", "    "))
+            if e.line and e.line not in e.error:
+                lines.extend(_wrapped(e.line, width, "    at ", "       "))
+        lines.append("")
+    id_w = max([len("test")] + [len(t.id) for t in result.tests])
+    head = f"{'test':<{id_w}}  {'points':>6}  {'max':>4}  {'time':>7}  status"
+    lines += [head, "-" * len(head)]
+    indent = " " * (id_w + 4)
+    tests = result.tests
+    for i, t in enumerate(tests):
         status = "pass" if t.passed else "FAIL"
         lines.append(f"{t.id:<{id_w}}  {_points(t.score):>6}  {_points(t.max_score):>4}  {_seconds(t.seconds):>7}  {status}")
-        if t.hint:
-            for hint_line in textwrap.wrap(t.hint, width - len(indent) - 2) or [""]:
-                lines.append(f"{indent}  {hint_line}")
+        shared = bool(t.hint) and t.hint.startswith("not run") and i + 1 < len(tests) and tests[i + 1].hint == t.hint
+        if t.hint and not shared:
+            lines.extend(_wrapped(t.hint, width, indent, indent))
+        if t.line:
+            lines.extend(_wrapped(t.line, width, indent + "at ", indent + "   "))
+        if t.advice:
+            lines.extend(_wrapped(t.advice, width, indent + "hint: ", indent + "      "))
+        if t.read:
+            lines.append(f"{indent}read: {t.read}")
     lines.append("-" * len(head))
     lines.append(f"{'total':<{id_w}}  {_points(result.score):>6}  {_points(result.max_score):>4}")
     notes = []
     if result.error:
         notes.append(f"grading did not complete: {result.error}")
-    for e in result.cell_errors:
-        notes.append(f"cell {e.cell}: {e.error}")
     if result.tampered:
         notes.append(
             "locked cells that differ from the released notebook were graded with their "
@@ -137,16 +164,13 @@ def render_table(result: GradingResult) -> str:
         lines.append("")
         lines.append("Notes:")
         for note in notes:
-            wrapped = textwrap.wrap(note, width - 4) or [""]
-            lines.append(f"  - {wrapped[0]}")
-            lines.extend(f"    {w}" for w in wrapped[1:])
-    if result.isolation:
+            lines.extend(_wrapped(note, width, "  - ", "    "))
+    if verbose and result.isolation:
         lines.append("")
         walls = "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in result.isolation.items())
         lines.extend(textwrap.wrap("Sandbox: " + walls, width, subsequent_indent="  "))
     lines.append("")
-    if result.feedback_html:
-        lines.append(f"Feedback: {result.feedback_html}")
-    else:
-        lines.append("Feedback: none (grading did not complete)")
+    lines.append(f"Feedback: {result.feedback_html}" if result.feedback_html else "Feedback: none written")
+    if result.concept_page:
+        lines.append(f"Read more: {result.concept_page}")
     return "\n".join(lines)

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ DEFAULT_MEMORY_MB = 8192
 DEFAULT_NPROC = 128  # the kernel's processes and threads; a fork bomb stops here
 PRIVATE_UID_BASE = 200_000  # kernel users are 200000..299999: no login account uses them
 CLONE_NEWNET = 0x40000000
+POLL_S = 0.25
 
 
 @dataclass
@@ -284,12 +286,14 @@ def run_limited(
     cpu_s: int | None = None,
     network_off: bool = False,
     kernel_uid: int | None = None,
+    poll: Callable[[], None] | None = None,
 ) -> ChildResult:
     """Run ``argv`` in a new session with the limits above; never hangs past ``timeout`` (+ a few s).
 
     Output goes to files, not pipes, so a process that escaped the tree and still holds them
     cannot keep us waiting. Afterwards, however the child ended, its process groups and every
-    process of ``kernel_uid`` are killed.
+    process of ``kernel_uid`` are killed. ``poll``, if given, is called every ``POLL_S`` while
+    the child runs, and once more when it has ended.
     """
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
@@ -308,7 +312,19 @@ def run_limited(
                 (lambda: _limit_resources(memory_mb, cpu_s, network_off)) if os.name == "posix" else None),
         )
         try:
-            proc.wait(timeout=timeout)
+            if poll is None:
+                proc.wait(timeout=timeout)
+            else:  # wake up a few times a second for ``poll`` (progress shown as the run goes on)
+                deadline = start + timeout
+                while True:
+                    try:
+                        proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+                        break
+                    except subprocess.TimeoutExpired:
+                        poll()
+                        if time.monotonic() >= deadline:
+                            raise
+                poll()
             timed_out = False
         except subprocess.TimeoutExpired:
             kill_tree(proc)

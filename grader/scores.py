@@ -1,9 +1,10 @@
-"""The learner's score book: the latest ``check`` result of every assignment, and ``list``.
+"""The learner's score book: the best and the latest ``check`` result of every assignment, and ``list``.
 
 Every ``python -m grader check`` run records its outcome in ``scores.json`` inside the
 feedback folder (default ``grader-feedback/``, a folder the learner owns), keyed by
 assignment name, so that ``python -m grader list`` can show the whole course at a glance:
-which assignments have been attempted, their latest score, and whether that run completed.
+which assignments have been attempted, their best score (of the runs that completed), their
+latest, and whether that run completed. A worse attempt never hides a better one.
 
 The file is small JSON written atomically (temporary file + rename); a file that is
 missing starts an empty book, and one that is not valid JSON is reported by name instead
@@ -44,9 +45,11 @@ def read_scores(feedback_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def record_result(feedback_dir: Path, result: GradingResult, *, when: float | None = None) -> Path:
-    """Store ``result`` as the latest of its assignment; returns the score book's path."""
+    """Store ``result`` as the latest of its assignment, and as its best if it completed with a
+    higher score than any before; returns the score book's path."""
     book = read_scores(feedback_dir)
-    book[result.assignment] = {
+    previous = book.get(result.assignment, {})
+    latest = {
         "notebook": str(Path(result.notebook).resolve()),
         "score": result.score,
         "max_score": result.max_score,
@@ -55,6 +58,10 @@ def record_result(feedback_dir: Path, result: GradingResult, *, when: float | No
         "tests": len(result.tests),
         "checked_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when or time.time())),
     }
+    best = previous.get("best")
+    if result.completed and (best is None or result.score > best["score"]):
+        best = {k: latest[k] for k in ("score", "max_score", "passed", "tests", "checked_at", "notebook")}
+    book[result.assignment] = latest | ({"best": best} if best else {})
     path = scores_path(feedback_dir)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".scores-", suffix=".json")
@@ -65,23 +72,26 @@ def record_result(feedback_dir: Path, result: GradingResult, *, when: float | No
 
 
 def render_list(course: Course, book: dict[str, dict[str, Any]]) -> str:
-    """One row per assignment of the course: latest score, tests passed, when, or 'not checked yet'."""
+    """One row per assignment of the course: best score, latest score and tests passed, when
+    checked last, or 'not checked yet'; the total counts each assignment's best."""
     names = [a.name for a in course.assignments]
     width = max([len("assignment")] + [len(n) for n in names])
-    head = f"{'assignment':<{width}}  {'score':>9}  {'tests passed':>12}  last check"
+    head = f"{'assignment':<{width}}  {'best':>7}  {'latest':>7}  {'tests passed':>12}  last check"
     lines = [head, "-" * len(head)]
     for name in names:
         entry = book.get(name)
         if entry is None:
-            lines.append(f"{name:<{width}}  {'-':>9}  {'-':>12}  not checked yet")
+            lines.append(f"{name:<{width}}  {'-':>7}  {'-':>7}  {'-':>12}  not checked yet")
             continue
+        best = entry.get("best")
+        best_text = f"{best['score']:g}/{best['max_score']:g}" if best else "-"
         score = f"{entry['score']:g}/{entry['max_score']:g}"
         passed = f"{entry['passed']}/{entry['tests']}"
         note = "" if entry.get("completed", True) else "  (grading did not complete)"
-        lines.append(f"{name:<{width}}  {score:>9}  {passed:>12}  {entry['checked_at']}{note}")
+        lines.append(f"{name:<{width}}  {best_text:>7}  {score:>7}  {passed:>12}  {entry['checked_at']}{note}")
     done = [book[n] for n in names if n in book]
-    total = sum(e["score"] for e in done)
+    total = sum(e["best"]["score"] for e in done if e.get("best"))
     possible = sum(e["max_score"] for e in done)
     lines.append("-" * len(head))
-    lines.append(f"{len(done)} of {len(names)} assignments checked; {total:g}/{possible:g} points in those")
+    lines.append(f"{len(done)} of {len(names)} assignments checked; best scores add up to {total:g}/{possible:g} points")
     return "\n".join(lines)

@@ -1,12 +1,12 @@
 """The child process: nbgrader's steps, run in a scratch course under the sandbox's limits.
 
-``python -m grader.steps COURSE_ROOT --assignment A --steps generate,autograde,feedback
+``python -m grader.steps COURSE_ROOT --assignment A --steps generate,autograde
 --result FILE`` runs the steps in order with nbgrader's converters (as its ``NbGraderAPI``
 runs them, see ``Steps``) and records, after each one, whether it succeeded (with nbgrader's
 error) in ``FILE``.
 
 Why one child for all steps instead of one ``nbgrader`` command per step: importing
-nbgrader takes seconds, and three imports per check tripled the time a learner waits for a
+nbgrader takes seconds, and an import per step multiplied the time a learner waits for a
 grade. The isolation is the same (a single child process in its own session, killed as a
 whole when it runs past the limit), and the parent learns how far the run got from the
 result file even when it had to kill it.
@@ -28,7 +28,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-STEPS = ("generate", "autograde", "feedback")
+STEPS = ("generate", "autograde")
 
 
 def _skip_slow_optional_imports() -> None:
@@ -64,7 +64,7 @@ def _lean_nbgrader() -> None:
 
     ``import nbgrader.<anything>`` first runs the package's ``__init__``, which only registers
     nbgrader's Jupyter server extensions and imports them (``jupyter_server``, the exchange):
-    none of them has a part in generating, autograding or feedback. Likewise ``nbgrader.auth``
+    none of them has a part in generating or autograding. Likewise ``nbgrader.auth``
     imports JupyterHub authentication (and ``requests``) where the gradebook only needs the
     ``Authenticator`` type. Both packages are entered without running their ``__init__``.
     ``nbgrader.utils`` also imports setuptools (and with it ``pkg_resources``), only for the
@@ -125,15 +125,27 @@ def _read_schema_version_in_process() -> None:
 KILL_GRACE_S = 5  # after the per-cell limit and the interrupt, how long a cell may still run
 
 
-def _survive_kernel_death() -> None:
-    """Let autograde outlive a kernel that dies or ignores interrupts, keeping earlier grades.
+def _progress(event: dict[str, Any]) -> None:
+    """Append one line of JSON to ``$LAB_PROGRESS`` (the parent shows it as the run goes on)."""
+    path = os.environ.get("LAB_PROGRESS")
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(event) + "\n")
+
+
+def _stop_at_first_timeout() -> None:
+    """Let autograde outlive a kernel that dies or hangs, keeping earlier grades, and stop early.
 
     nbgrader gives up on the whole notebook when the kernel dies (``os._exit`` in a cell, a
     crash, a kill for a limit): every test, even those that passed before, would score 0.
     Here a cell that kills the kernel gets that as its error, and the cells after it are
-    marked "not run", so the tests that ran keep their results. A cell still running
-    ``KILL_GRACE_S`` after its time limit (it ignored the interrupt) has its kernel killed,
-    and is then handled the same way.
+    marked "not run", so the tests that ran keep their results.
+
+    The first cell that runs past its time limit also ends the run: its kernel is killed (so
+    threads it left spinning cannot slow the tests after it) and every later cell is marked
+    "not run because cell X timed out", instead of each running into the limit in turn. A
+    cell still running ``KILL_GRACE_S`` after its limit (it ignored the interrupt) is handled
+    the same way. Each finished cell is reported to ``_progress``.
     """
     import signal
     import threading
@@ -144,9 +156,8 @@ def _survive_kernel_death() -> None:
 
     original = Execute.preprocess_cell
 
-    def error(value: str) -> NotebookNode:
-        return NotebookNode(output_type="error", ename="DeadKernelError", evalue=value,
-                            traceback=[f"DeadKernelError: {value}"])
+    def error(value: str, name: str = "DeadKernelError") -> NotebookNode:
+        return NotebookNode(output_type="error", ename=name, evalue=value, traceback=[f"{name}: {value}"])
 
     def kill_kernel(preprocessor: Any) -> None:
         pid = getattr(getattr(preprocessor.km, "provisioner", None), "pid", None)
@@ -156,63 +167,53 @@ def _survive_kernel_death() -> None:
             except (ProcessLookupError, PermissionError):
                 pass
 
-    def preprocess_cell(self: Any, cell: Any, resources: Any, index: int) -> Any:
-        if cell.cell_type != "code":
-            return original(self, cell, resources, index)
-        if getattr(self, "_lab_dead", False):
-            cell.outputs = [error("not run: the kernel died in an earlier cell")]
-            return cell, resources
+    def run(self: Any, cell: Any, resources: Any, index: int, name: str) -> tuple[Any, Any]:
         limit = self._get_timeout(cell)
         timer = threading.Timer(limit + KILL_GRACE_S, kill_kernel, (self,)) if limit else None
         if timer:
             timer.daemon = True
             timer.start()
         try:
-            return original(self, cell, resources, index)
+            cell, resources = original(self, cell, resources, index)
+            if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
+                kill_kernel(self)
+                self._lab_stopped = f"not run: cell {name} ran past the {limit} s limit, which stopped the run"
+            return cell, resources
         except DeadKernelError:
-            self._lab_dead = True
+            self._lab_stopped = "not run: the kernel died in an earlier cell"
             cell.outputs = list(cell.get("outputs", [])) + [error(
                 "the kernel died while running this cell (os._exit, a crash, or it ignored "
                 "the interrupt at the time limit and was killed)")]
             return cell, resources
         except CellTimeoutError:  # still running after the interrupt: it ignores SIGINT
             kill_kernel(self)
-            self._lab_dead = True
+            self._lab_stopped = f"not run: cell {name} ran past the {limit} s limit, which stopped the run"
             cell.outputs = list(cell.get("outputs", [])) + [error(
-                f"the cell ran past the {limit} s limit and ignored the interrupt: its kernel was killed")]
+                f"the cell ran past the {limit} s limit and ignored the interrupt: its kernel was killed",
+                "CellTimeoutError")]
             return cell, resources
         finally:
             if timer:
                 timer.cancel()
 
+    def preprocess_cell(self: Any, cell: Any, resources: Any, index: int) -> Any:
+        if cell.cell_type != "code":
+            return original(self, cell, resources, index)
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        name = meta.get("grade_id") or f"#{index}"
+        stopped = getattr(self, "_lab_stopped", None)
+        started = time.monotonic()
+        if stopped:
+            cell.outputs = [error(stopped, "NotRun")]
+        else:
+            cell, resources = run(self, cell, resources, index, name)
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        _progress({"cell": name, "test": bool(meta.get("grade")) and not meta.get("solution"),
+                   "error": str(errors[-1].get("ename")) if errors else None,
+                   "seconds": round(time.monotonic() - started, 3), "run": not stopped})
+        return cell, resources
+
     Execute.preprocess_cell = preprocess_cell
-
-
-def _feedback_exporter() -> type:
-    """nbconvert's HTML exporter without its last pass, for the feedback pages.
-
-    After templating, nbconvert re-parses the whole page (~280 kB, bootstrap inlined) with
-    BeautifulSoup only to add alt texts to images and tab stops to cells: about a second
-    per notebook, the largest single cost of a check after the notebook itself. The page
-    is the same without it (the feedback shows no images of its own).
-    """
-    from nbconvert.exporters import HTMLExporter
-    from nbconvert.exporters.templateexporter import TemplateExporter
-    from nbconvert.filters.highlight import Highlight2HTML
-    from nbconvert.filters.widgetsdatatypefilter import WidgetsDataTypeFilter
-
-    class FeedbackExporter(HTMLExporter):
-        def from_notebook_node(self, nb: Any, resources: Any = None, **kw: Any) -> Any:
-            language = nb.metadata.get("language_info", {})
-            lexer = language.get("pygments_lexer", language.get("name"))
-            resources = self._init_resources(resources)
-            self.register_filter("highlight_code", self.filters.get(
-                "highlight_code", Highlight2HTML(pygments_lexer=lexer, parent=self)))
-            self.register_filter("filter_data_type", WidgetsDataTypeFilter(
-                notebook_metadata=self._nb_metadata, parent=self, resources=resources))
-            return TemplateExporter.from_notebook_node(self, nb, resources, **kw)
-
-    return FeedbackExporter
 
 
 class Steps:
@@ -231,8 +232,10 @@ class Steps:
         config = Config()
         config.merge(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config())
         config.CourseDirectory.root = str(root)
-        config.GenerateFeedback.exporter_class = _feedback_exporter()
-        config.HTMLExporter.template_name = "feedback"
+        # nbgrader makes what it writes read-only (mode 444) unless the course is group-shared;
+        # the grader then edits the autograded notebook (grader.guard), which only root may do
+        # to a read-only file. The scratch course is private to this run, so owner-writable is safe.
+        config.BaseConverter.permissions = 644
         # Once the last cell has run, every output is in; the kernel is killed, not asked to
         # stop. A graceful stop runs learner atexit code after the tests, and its exit often
         # hung until jupyter_client's fallback signal (half of shutdown_wait_time, 2.5 s).
@@ -263,11 +266,6 @@ class Steps:
 
         return self._run(Autograde, assignment, student, force=True, create_student=True)
 
-    def generate_feedback(self, assignment: str, student: str) -> dict[str, Any]:
-        from nbgrader.converters.generate_feedback import GenerateFeedback
-
-        return self._run(GenerateFeedback, assignment, student, force=True)
-
 
 def _grades(api: Any, assignment: str, student: str) -> dict[str, list[dict[str, Any]]]:
     """Per-test scores nbgrader saved in the gradebook, by notebook (ids in gradebook order)."""
@@ -287,13 +285,14 @@ def _grades(api: Any, assignment: str, student: str) -> dict[str, list[dict[str,
 def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str) -> dict[str, Any]:
     """Zero every test whose cell did not print this run's ``ok`` line (see ``grader.guard``).
 
-    The gradebook is corrected, so the scores read back and the feedback agree; the guard's
-    lines and the hidden tests are removed from the autograded notebooks the feedback is made
-    from.
+    The gradebook is corrected, so the scores read back agree; the guard's lines and the hidden
+    tests are removed from the autograded notebooks (after the learner's own lines in the
+    tracebacks have been read, ``grader.tracebacks``).
     """
     from nbgrader.api import Gradebook
 
     from grader.guard import conceal_hidden_tests, read_verdicts, truncate_outputs
+    from grader.tracebacks import learner_lines
 
     verdicts: dict[str, Any] = {}
     folder = root / "autograded" / student / assignment
@@ -301,6 +300,7 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
         for path in sorted(folder.glob("*.ipynb")):
             content = json.loads(path.read_text(encoding="utf-8"))
             finished, refused = read_verdicts(content, token)
+            lines = learner_lines(content)  # before the hidden tests' tracebacks are concealed
             truncate_outputs(content)
             conceal_hidden_tests(content)
             path.write_text(json.dumps(content, indent=1), encoding="utf-8")
@@ -309,7 +309,7 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
                 if not finished.get(grade.name, False) and (grade.auto_score or 0) > 0:
                     grade.auto_score = 0.0
             gb.db.commit()
-            verdicts[path.stem] = {"finished": finished, "refused": refused}
+            verdicts[path.stem] = {"finished": finished, "refused": refused, "lines": lines}
     return verdicts
 
 
@@ -400,12 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown steps {unknown}; expected some of {STEPS}")
     if args.student is None and set(steps) - {"generate"}:
-        parser.error("--student is needed to autograde or to generate feedback")
+        parser.error("--student is needed to autograde")
 
     _skip_slow_optional_imports()
     _lean_nbgrader()
     _read_schema_version_in_process()
-    _survive_kernel_death()
+    _stop_at_first_timeout()
     _unsynced_sqlite()
     root = args.root.resolve()
     api = Steps(root, args.cell_timeout)
@@ -422,8 +422,6 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = _generate(api, root, assignment, args.cache, record)
             elif step == "autograde":
                 outcome = api.autograde(assignment, args.student)
-            else:
-                outcome = api.generate_feedback(assignment, args.student)
             if not outcome.get("success"):
                 log = (outcome.get("log") or "") + "\n" + (outcome.get("error") or "")
                 record["failed"] = {

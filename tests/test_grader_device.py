@@ -49,12 +49,13 @@ def numpy_only_solution() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Any]:
-    """The three gradings of this module, run at once."""
+    """The gradings of this module, run at once."""
     work = tmp_path_factory.mktemp("device")
     numpy_only = write_nb(work / "numpy_only" / SOURCE.name, numpy_only_solution())
     started = {
         "source_strict": start_check(work, "source_strict", SOURCE, "--device", "strict"),
-        "numpy_only_cpu": start_check(work, "numpy_only_cpu", numpy_only),
+        "numpy_only_cpu": start_check(work, "numpy_only_cpu", numpy_only, "--device", "cpu"),
+        "numpy_only_default": start_check(work, "numpy_only_default", numpy_only),
         "numpy_only_strict": start_check(work, "numpy_only_strict", numpy_only, "--device", "strict"),
     }
     return {name: run.wait().result() for name, run in started.items()}
@@ -76,6 +77,17 @@ def test_numpy_only_call_passes_on_cpu_and_fails_on_strict(runs):
         assert "(device strict)" in hint and "has no attribute 'copy'" in hint, (test_id, hint)
     lost = sum(t["max_score"] for t in on_strict["tests"] if t["id"] in USES_REDUCE_SCATTER)
     assert on_strict["score"] == MAX_SCORE - lost == 8.0
+
+
+def test_array_api_assignment_is_graded_on_strict_by_default(runs):
+    """01 says its code must be array-API code: without --device it is graded on NumPy and on
+    array_api_strict, so a NumPy-only call loses the same points as with --device strict."""
+    result = runs["numpy_only_default"]
+    assert result["isolation"]["device"] == "cpu (NumPy) and strict (array_api_strict)"
+    assert result["score"] == runs["numpy_only_strict"]["score"] == 8.0
+    failed = {t["id"]: t["hint"] for t in result["tests"] if not t["passed"]}
+    assert set(failed) == USES_REDUCE_SCATTER
+    assert all(hint.startswith("on strict (array_api_strict): ") for hint in failed.values()), failed
 
 
 def test_table_header_names_the_device():

@@ -121,6 +121,22 @@ def test_every_internal_link_and_anchor_of_the_built_site_resolves(site: Path) -
     assert not broken, f"{len(broken)} broken internal links:\n" + "\n".join(broken[:40])
 
 
+def test_every_written_hint_links_to_an_anchor_of_the_built_site(site: Path) -> None:
+    """The ``read`` link of every test's hint (grader/hints.py) names a page and an anchor that exist."""
+    from grader.course import Course
+    from grader.hints import written_hints
+
+    broken = []
+    course = Course.at(ROOT / "exercises")
+    for assignment in course.assignments:
+        for test_id, hint in written_hints(course, assignment.name).items():
+            page, _, anchor = (hint.read or "").partition("#")
+            built = site / (page[:-3] + "/index.html" if page.endswith(".md") else page)
+            if not built.is_file() or anchor not in _parse(built).ids:
+                broken.append(f"{assignment.name}/{test_id}: {hint.read}")
+    assert not broken, "hint links without their page or anchor:\n" + "\n".join(broken)
+
+
 @pytest.fixture(scope="module")
 def server(site: Path):
     """The built site over HTTP on 127.0.0.1, on a free port."""

@@ -1,6 +1,6 @@
 """MkDocs hook: plot the measured benchmarks at build time.
 
-``make bench`` (``python -m reference_impl.bench ...``) writes one JSON file per benchmark
+``make bench`` (``python -m reference_impl.bench NAME --publish``) writes one JSON file per benchmark
 under ``docs/assets/bench/``, with the machine it ran on. This hook reads them on every
 build and adds the figures to the site as *generated* files (``File.generated``), so the
 plots always show the data in the repository, nothing generated is written into ``docs/``,

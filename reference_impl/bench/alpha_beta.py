@@ -11,7 +11,8 @@
 
 The driver fits ``t = α + m·β`` to (1) and ``γ`` to (2) (``cost_model.fit_alpha_beta``,
 ``fit_gamma``), predicts (3) with ``cost_model.ring_allreduce`` and stores measured and
-predicted times side by side, in ``docs/assets/bench/alpha_beta.json``.
+predicted times side by side, in ``bench-results/alpha_beta.json`` (with ``--publish``, the
+site's ``docs/assets/bench/alpha_beta.json``).
 """
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ worker (runs on every rank, prints one JSON line per result from rank 0). The pi
 * ``mpi_job``: one ``mpiexec`` run, its lines streamed to a callback (progress bars),
   killed whole by a watchdog at the deadline, so a hung job never hangs the driver;
 * ``write_json``: the result file, written atomically (temporary file + rename);
-* ``bench_parser``: the command line every benchmark starts from (``--out`` included);
+* ``bench_parser``: the command line every benchmark starts from: ``--out`` and ``--publish``
+  (a run writes ``bench-results/NAME.json`` in the current directory unless told otherwise;
+  only ``--publish`` writes the site's ``docs/assets/bench/NAME.json``);
 * ``restart_with_blas_threads``: single-process benchmarks that time CPU work pin BLAS to a
   known thread count, which BLAS reads only when NumPy is imported, so they start again.
 """
@@ -22,6 +24,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -141,10 +144,74 @@ def restart_with_blas_threads(benchmark: str, argv: list[str], threads: int = 1)
     os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", benchmark, *argv], env)
 
 
+# The checkout this package lives in (reference_impl/bench/harness.py -> the repository root):
+# --publish writes the site's data there, wherever the command is run from.
+CHECKOUT = Path(__file__).resolve().parents[2]
+SITE_BENCH_DIR = CHECKOUT / "docs" / "assets" / "bench"
+# A plain run writes here, relative to the current directory, so it never replaces the site's data.
+RESULTS_DIR = Path("bench-results")
+
+
+def results_json(name: str) -> Path:
+    """Where a run without ``--out`` or ``--publish`` writes: ``bench-results/NAME.json`` in the cwd."""
+    return RESULTS_DIR / f"{name}.json"
+
+
+def site_json(name: str) -> Path:
+    """Where ``--publish`` writes: the checkout's ``docs/assets/bench/NAME.json``, which the site plots."""
+    return SITE_BENCH_DIR / f"{name}.json"
+
+
+class _PathFriendlyFormatter(argparse.HelpFormatter):
+    """argparse's help layout, but lines never break inside a path (``bench-results/...``)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False, break_long_words=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False, break_long_words=False)
+
+
+class BenchParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose parsed ``out`` is always set: ``--out PATH`` if given, else
+    the site's file under ``--publish``, else ``bench-results/NAME.json``."""
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bench_name = name
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        ns, extras = super().parse_known_args(args, namespace)
+        if ns.out is None:
+            if ns.publish:
+                if not (CHECKOUT / "docs").is_dir():
+                    self.error(f"--publish writes the checkout's docs/assets/bench/, and there is no docs/ in "
+                               f"{CHECKOUT} (the package is not run from a checkout); use --out PATH")
+                ns.out = site_json(self.bench_name)
+            else:
+                ns.out = results_json(self.bench_name)
+        return ns, extras
+
+
 def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
     """``python -m reference_impl.bench NAME``'s parser: its docstring's first line as the
-    description, and ``--out`` (default ``docs/assets/bench/NAME.json``, where the site reads it)."""
-    parser = argparse.ArgumentParser(prog=f"python -m reference_impl.bench {name}", description=doc.splitlines()[0])
-    default = Path("docs/assets/bench") / f"{name}.json"
-    parser.add_argument("--out", type=Path, default=default, help=f"JSON output (default {default})")
+    description, ``--out PATH`` and ``--publish`` (mutually exclusive). The parsed ``out`` is
+    ``--out`` if given, ``docs/assets/bench/NAME.json`` of this checkout (where the site reads
+    it) under ``--publish``, and otherwise ``bench-results/NAME.json`` in the current directory,
+    so a quick run never replaces the site's data."""
+    results, site = results_json(name), site_json(name)
+    parser = BenchParser(
+        name, prog=f"python -m reference_impl.bench {name}", description=doc.splitlines()[0],
+        formatter_class=_PathFriendlyFormatter,
+        epilog=f"Results go to {results} (relative to the current directory) unless --out or --publish "
+               f"says otherwise; only --publish (as `make bench` runs it) replaces the site's data, {site}.",
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--out", type=Path, default=None, metavar="PATH",
+                       help=f"write the JSON to PATH (default: {results} in the current directory; "
+                            f"the site's file with --publish)")
+    where.add_argument("--publish", action="store_true",
+                       help=f"write the site's data, {site}, which the site plots (default: off; "
+                            f"cannot be combined with --out)")
     return parser

@@ -12,7 +12,8 @@ gradient allreduce would cost on 10/25/100 Gb Ethernet (TCP), RoCE and InfiniBan
 
 It also prices **splitting**: one 100 MiB gradient allreduced as k separate tensors, the
 fixed cost that gradient bucketing removes. Results go to
-``docs/assets/bench/interconnects.json``; the machine only matters for provenance.
+``bench-results/interconnects.json`` (with ``--publish``, the site's
+``docs/assets/bench/interconnects.json``); the machine only matters for provenance.
 """
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Optimisers compared on a real task, and what each costs per step: ``python -m reference_impl.bench optimisers``.
 
-Two experiments, one JSON file (``docs/assets/bench/optimisers.json``):
+Two experiments, one JSON file (``bench-results/optimisers.json``; with ``--publish``, the
+site's ``docs/assets/bench/optimisers.json``):
 
 * ``tuning`` + ``curves``: the graph MLP (64 -> 64 -> 10, ReLU) on scikit-learn's
   handwritten digits (the data ships inside the package; nothing is downloaded), trained

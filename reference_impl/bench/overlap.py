@@ -1,7 +1,8 @@
 """Benchmark: tensor fusion, overlap of backward with allreduce, and the cluster simulator.
 
-``python -m reference_impl.bench overlap`` writes ``docs/assets/bench/overlap.json`` with
-four parts, all from one invocation:
+``python -m reference_impl.bench overlap`` writes ``bench-results/overlap.json`` (with
+``--publish``, the site's ``docs/assets/bench/overlap.json``) with four parts, all from one
+invocation:
 
 (a) **fusion** (``mpiexec -n 2`` and ``-n 4``): 1000 tensors of 4 KiB allreduced one call
     per tensor, against the same tensors packed into buckets of 64 KiB to 4 MiB (packing and

@@ -1,7 +1,8 @@
 """Parameter servers, sparse tables, consistency models and Wide & Deep, measured.
 
 ``python -m reference_impl.bench ps`` runs these parts in one process and writes
-``docs/assets/bench/ps.json`` (``--only PART`` runs one and replaces it in that file):
+``bench-results/ps.json`` (with ``--publish``, the site's ``docs/assets/bench/ps.json``;
+``--only PART`` runs one and replaces it in that file):
 
 * ``throughput``: ``sparse_table_pull`` + ``sparse_table_push`` (dedupe, index lookup,
   row creation, gather, duplicate-summing gradient, SGD) in keys per second, against a
@@ -306,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("ps", __doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the site)")
     parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="run only this part (repeatable) and replace it in the existing --out file, "
+                        help="run only this part (repeatable) and replace it in the existing output file "
+                             "(--out, --publish or the default), "
                              "keeping the other parts; its machine goes under 'section_machines'")
     args = parser.parse_args(argv)
     q = args.quick

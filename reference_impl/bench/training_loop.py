@@ -1,6 +1,7 @@
 """Around the model: the input pipeline and the Estimator, measured: ``python -m reference_impl.bench training_loop``.
 
-Two experiments, one JSON file (``docs/assets/bench/training_loop.json``):
+Two experiments, one JSON file (``bench-results/training_loop.json``; with ``--publish``, the
+site's ``docs/assets/bench/training_loop.json``):
 
 * ``input``: a training loop whose input stage takes ``X`` per batch and whose step takes
   ``Y`` (both timed inside the serial loop), fed by ``reference_impl.train.dataset``

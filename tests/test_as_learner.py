@@ -1,0 +1,220 @@
+"""The learner's loop, run as an ordinary user in a checkout of their own (tests/learner_account.py).
+
+Root ignores file modes and reaches every folder, so a suite that only runs as root never
+sees a permission bug: grading once failed for every ordinary user (nbgrader writes its
+output read-only, and the grader then edited it). Here every learner-facing command runs
+as the learner, exactly as the README tells them to:
+
+* ``grader start`` for all 16 assignments, and again over a solved notebook, which survives;
+* ``grader check`` of a correct and of a wrong notebook for every assignment: full marks,
+  and partial marks with a written hint and a link on every failed test;
+* ``grader list`` with the best and the latest score;
+* ``make release`` over a released notebook someone edited, which survives;
+* ``make site`` (the strict build), a benchmark (to bench-results/, the site's data untouched)
+  and the training command;
+* the feedback page in Chromium, on a phone-sized screen, with every outside request aborted.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from conftest import ROOT
+from learner_account import checkout, learner
+from notebook_tools import cell_of, read_nb, source_of, with_cells_from, write_nb
+
+pytestmark = pytest.mark.timeout(900)
+
+SOURCES = sorted((ROOT / "exercises" / "source").glob("*/*.ipynb"))
+PY = ".venv/bin/python"
+
+
+def stubbed_ids(mine: dict, source: dict) -> list[str]:
+    """The solution cells of a learner's copy that differ from the source (the ones to write)."""
+    return [c["metadata"]["nbgrader"]["grade_id"] for c in mine["cells"]
+            if c.get("metadata", {}).get("nbgrader", {}).get("solution") and c["cell_type"] == "code"
+            and source_of(c) != source_of(cell_of(source, c["metadata"]["nbgrader"]["grade_id"]))]
+
+
+def filled(mine: dict, source: dict, ids: list[str]) -> dict:
+    """``mine`` with the cells ``ids`` written as in ``source``."""
+    return with_cells_from(mine, source, ids) if ids else mine
+
+
+@pytest.fixture(scope="module")
+def lab():
+    """(learner, their checkout), the checkout removed afterwards."""
+    who = learner()
+    where = checkout(who)
+    yield who, where
+    shutil.rmtree(where, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def started(lab):
+    """``grader start`` of every assignment as the learner: the notebooks it wrote in work/."""
+    who, where = lab
+    names = [p.parent.name[:2] for p in SOURCES]
+    run = who.run([PY, "-m", "grader", "start", *names], cwd=where, timeout=300)
+    assert run.returncode == 0, run.stderr
+    notebooks = {p.parent.name: where / "work" / p.parent.name / p.name for p in SOURCES}
+    for path in notebooks.values():
+        assert path.is_file() and os.stat(path).st_uid == who.uid, path
+    return notebooks
+
+
+def test_start_never_overwrites_a_learners_work(lab):
+    who, where = lab
+    first = who.run([PY, "-m", "grader", "start", "02", "--dir", "mine"], cwd=where)
+    assert first.returncode == 0, first.stderr
+    notebook = where / "mine/02_alpha_beta/alpha_beta.ipynb"
+    source = read_nb(ROOT / "exercises/source/02_alpha_beta/alpha_beta.ipynb")
+    solved = json.dumps(filled(read_nb(notebook), source, stubbed_ids(read_nb(notebook), source)))
+    notebook.write_text(solved)
+    run = who.run([PY, "-m", "grader", "start", "02", "alpha_beta", "--dir", "mine"], cwd=where)
+    assert run.returncode == 0, run.stderr
+    assert "kept as it is" in run.stdout
+    assert notebook.read_text() == solved
+
+
+@pytest.fixture(scope="module")
+def graded(lab, started):
+    """Every assignment checked as the learner, two at a time: a correct and a wrong notebook.
+
+    Correct: the learner's copy with every solution cell filled in from the source. Wrong: the
+    same with its last stubbed solution cell left as handed out."""
+    who, where = lab
+    cases = []
+    for source_path in SOURCES:
+        name = source_path.parent.name
+        source, mine = read_nb(source_path), read_nb(started[name])
+        ids = stubbed_ids(mine, source)
+        assert ids, f"{name}: the learner's copy has nothing to write"
+        for case, written in (("correct", ids), ("wrong", ids[:-1])):
+            path = write_nb(where / "attempts" / case / name / source_path.name, filled(mine, source, written))
+            cases.append((name, case, path))
+    for folder, _, files in os.walk(where / "attempts"):
+        for entry in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(entry, who.uid, who.gid)
+    results, running = {}, []
+    pending = list(cases)
+    while pending or running:
+        while pending and len(running) < 2:
+            name, case, path = pending.pop(0)
+            argv = [PY, "-m", "grader", "check", str(path.relative_to(where)), "--json"]
+            running.append(((name, case), who.popen(argv, cwd=where), time.monotonic()))
+        key, proc, began = running.pop(0)
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, f"{key}: exit {proc.returncode}\n{err[-3000:]}"
+        results[key] = json.loads(out)
+    return results
+
+
+@pytest.mark.parametrize("source_path", SOURCES, ids=[p.parent.name for p in SOURCES])
+def test_correct_notebook_scores_full_marks_as_the_learner(graded, source_path):
+    result = graded[(source_path.parent.name, "correct")]
+    failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
+    assert result["error"] is None and result["score"] == result["max_score"] > 0, failed
+
+
+@pytest.mark.parametrize("source_path", SOURCES, ids=[p.parent.name for p in SOURCES])
+def test_wrong_notebook_gets_hints_as_the_learner(graded, source_path):
+    result = graded[(source_path.parent.name, "wrong")]
+    assert result["error"] is None and result["score"] < result["max_score"]
+    failed = [t for t in result["tests"] if not t["passed"]]
+    assert failed
+    for test in failed:
+        assert test["hint"] and test["advice"], test
+        assert urlsplit(test["read"]).path.startswith("/concepts/"), test
+
+
+def test_list_shows_best_and_latest_as_the_learner(lab, graded):
+    who, where = lab
+    run = who.run([PY, "-m", "grader", "list"], cwd=where)
+    assert run.returncode == 0, run.stderr
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:-2]}
+    assert len(rows) == len(SOURCES)
+    for source_path in SOURCES:
+        best, latest = rows[source_path.parent.name][1:3]
+        full = graded[(source_path.parent.name, "correct")]["max_score"]
+        assert best == f"{full:g}/{full:g}", rows[source_path.parent.name]
+        assert latest in (best, f"{graded[(source_path.parent.name, 'wrong')]['score']:g}/{full:g}")
+
+
+def test_feedback_page_on_a_phone_is_offline_and_shows_no_internals(lab, graded):
+    """The wrong notebook's page of the first assignment, in Chromium at 390 px: nothing loaded
+    from outside, no horizontal scrolling, the hint and link visible, no grader internals."""
+    from test_site import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _chromium_or_skip
+
+    result = graded[(SOURCES[0].parent.name, "wrong")]
+    page_path = Path(result["feedback_html"])
+    text = page_path.read_text(encoding="utf-8")
+    for internal in ("_lab_guard", "lab-guard", "grader/guard.py", "BEGIN HIDDEN", "Cell In["):
+        assert internal not in text, internal
+    failed = [t for t in result["tests"] if not t["passed"]]
+    assert all(t["advice"][:40] in text.replace("&#x27;", "'").replace("&quot;", '"') for t in failed)
+    sync_playwright = _chromium_or_skip()
+    outside: list[str] = []
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+
+            def route(r) -> None:
+                if urlsplit(r.request.url).scheme in ("file", "data", "about"):
+                    r.continue_()
+                else:
+                    outside.append(r.request.url)
+                    r.abort()
+
+            page.route("**/*", route)
+            page.goto(page_path.as_uri(), wait_until="load")
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            assert overflow <= 0, f"the page scrolls sideways by {overflow} px on a phone"
+            sizes = page.eval_on_selector_all(".hint, pre", "els => els.map(e => parseFloat(getComputedStyle(e).fontSize))")
+            assert sizes and min(sizes) >= 13, sizes
+            page.screenshot(path=str(ARTIFACTS / "feedback-phone.png"), full_page=True)
+        finally:
+            browser.close()
+    assert not outside, f"the feedback page requested {outside}"
+
+
+def test_release_keeps_an_edited_notebook_as_the_learner(lab):
+    who, where = lab
+    first = who.run(["make", "release"], cwd=where, timeout=300)
+    assert first.returncode == 0, first.stderr
+    mine = where / "exercises/release/03_recursive_doubling/recursive_doubling.ipynb"
+    edited = mine.read_text() + "\n"
+    mine.write_text(edited)
+    again = who.run(["make", "release"], cwd=where, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert mine.read_text() == edited
+    assert f"{mine.relative_to(where)}: kept as it is" in again.stderr
+
+
+def test_site_builds_as_the_learner(lab):
+    who, where = lab
+    run = who.run(["make", "site"], cwd=where, timeout=300)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert (where / "site" / "index.html").is_file()
+
+
+def test_benchmark_and_training_run_as_the_learner(lab):
+    who, where = lab
+    site_json = where / "docs/assets/bench/determinism.json"
+    before = site_json.read_bytes()
+    bench = who.run([PY, "-m", "reference_impl.bench", "determinism", "--steps", "1", "--sums", "1"], cwd=where)
+    assert bench.returncode == 0, bench.stderr
+    assert json.loads((where / "bench-results/determinism.json").read_text())
+    assert site_json.read_bytes() == before
+    train = who.run([PY, "-m", "reference_impl.train", "wide_deep", "--strategy", "ps", "--workers", "2",
+                     "--servers", "1", "--epochs", "1", "--batch", "64", "--limit", "64"], cwd=where)
+    assert train.returncode == 0, train.stderr
+    assert "late gradients dropped" in train.stdout

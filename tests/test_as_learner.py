@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
 from conftest import ROOT
 from learner_account import checkout, learner
 from notebook_tools import cell_of, read_nb, source_of, with_cells_from, write_nb
@@ -150,8 +151,6 @@ def test_list_shows_best_and_latest_as_the_learner(lab, graded):
 def test_feedback_page_on_a_phone_is_offline_and_shows_no_internals(lab, graded):
     """The wrong notebook's page of the first assignment, in Chromium at 390 px: nothing loaded
     from outside, no horizontal scrolling, the hint and link visible, no grader internals."""
-    from test_site import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, _chromium_or_skip
-
     result = graded[(SOURCES[0].parent.name, "wrong")]
     page_path = Path(result["feedback_html"])
     text = page_path.read_text(encoding="utf-8")
@@ -159,7 +158,7 @@ def test_feedback_page_on_a_phone_is_offline_and_shows_no_internals(lab, graded)
         assert internal not in text, internal
     failed = [t for t in result["tests"] if not t["passed"]]
     assert all(t["advice"][:40] in text.replace("&#x27;", "'").replace("&quot;", '"') for t in failed)
-    sync_playwright = _chromium_or_skip()
+    sync_playwright = chromium_or_skip()
     outside: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:

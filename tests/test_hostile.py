@@ -140,10 +140,11 @@ def runs(tmp_path_factory) -> dict[str, Any]:
 
     notebooks: dict[str, tuple[dict[str, Any] | str, tuple[str, ...]]] = {
         # After every test: the tests keep their marks, the hostile cells are stopped.
-        "end_cells": (appended(source, INFINITE_LOOP, MEMORY_BOMB, SYS_EXIT, HUGE_OUTPUT,
+        # The endless loop comes last: the first cell past its limit stops the run.
+        "end_cells": (appended(source, MEMORY_BOMB, SYS_EXIT, HUGE_OUTPUT,
                                ESCAPE.format(canary=str(canary), repo=str(ROOT)),
-                               SNOOP.format(source=str(SOURCE), tmp=str(kernel_tmp))),
-                      ("--cell-timeout", "3", "--memory-mb", "3072")),
+                               SNOOP.format(source=str(SOURCE), tmp=str(kernel_tmp)), INFINITE_LOOP),
+                      ("--cell-timeout", "10", "--memory-mb", "3072")),
         "fork_bomb": (appended(source, FORK_BOMB), ()),
         "sigint_loop": (appended(source, SIGINT_LOOP), ("--cell-timeout", "3", "--timeout", "120")),
         "os_exit": (appended(source, "import os\nos._exit(0)\n"), ()),
@@ -174,7 +175,8 @@ def runs(tmp_path_factory) -> dict[str, Any]:
             path.write_text(nb)
         else:
             write_nb(path, nb)
-        started[name] = start_check(work, name, path, *extra, env=env)
+        # one device: containment is the same on each (tests/test_grader_device.py grades both)
+        started[name] = start_check(work, name, path, "--device", "cpu", *extra, env=env)
     results = {name: run.wait(timeout=240) for name, run in started.items()}
     results["canary"] = canary
     results["canary_text"] = canary.read_text() if canary.exists() else None
@@ -187,10 +189,12 @@ def runs(tmp_path_factory) -> dict[str, Any]:
 
 
 def test_infinite_loop_is_stopped_by_the_cell_limit(runs):
-    """A cell that never ends is interrupted after --cell-timeout; every test keeps its marks."""
+    """A cell that never ends is interrupted after --cell-timeout; every test keeps its marks.
+    (The limit is 10 s, not 3, because the hostile cells before it must each finish within it
+    while a dozen gradings share two cores.)"""
     result = runs["end_cells"].result()
     assert result["score"] == MAX_SCORE and result["error"] is None
-    assert any("stopped" in e and "3 s" in e for e in cell_errors(result)), result["cell_errors"]
+    assert any("stopped" in e and "10 s" in e for e in cell_errors(result)), result["cell_errors"]
 
 
 def test_memory_bomb_fails_in_its_cell(runs):
@@ -205,20 +209,21 @@ def test_sys_exit_in_a_cell_is_an_error_of_that_cell(runs):
     assert any(e.startswith("SystemExit") for e in cell_errors(result)), result["cell_errors"]
 
 
-def test_huge_output_is_truncated(runs):
-    """30 MB of print is cut to a few kB in the feedback, which says it was cut."""
+def test_huge_output_stays_out_of_the_feedback(runs):
+    """30 MB of print neither slows the report nor reaches the feedback page, which is made
+    from the grading record (the autograded notebook's outputs are cut to a few kB as well)."""
     result = runs["end_cells"].result()
     html = Path(result["feedback_html"]).read_text(encoding="utf-8")
-    assert "not kept by the grader" in html
-    assert len(html) < 2_000_000
+    assert "xxxxxxxxxx" not in html and len(html) < 200_000
 
 
 def test_sigint_ignoring_loop_is_stopped(runs):
-    """A loop that ignores the interrupt has its kernel killed; the tests before it keep their marks."""
+    """A loop that ignores the interrupt is stopped like any other (its kernel is killed at the
+    limit); the tests before it keep their marks."""
     result = runs["sigint_loop"].result()
     assert result["score"] == MAX_SCORE and result["error"] is None, result
-    assert cell_errors(result) == [("DeadKernelError: the cell ran past the 3 s limit and ignored the "
-                                    "interrupt: its kernel was killed")]
+    assert cell_errors(result) == ["stopped: the cell ran longer than 3 s (an endless loop, or a rank waiting "
+                                   "forever?); the run stopped here"]
 
 
 def test_os_exit_kills_only_the_kernel(runs):

@@ -13,7 +13,6 @@ import functools
 import http.server
 import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -23,17 +22,12 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPT = "concepts/allreduce-vs-parameter-servers/index.html"
 PLOTS = ("assets/bench/allreduce-busbw.svg", "assets/bench/allreduce-ratio.svg")
-ARTIFACTS = ROOT / "build" / "test-artifacts"
 MATH_PAGE = "concepts/allreduce-algorithms/"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -155,21 +149,6 @@ def server(site: Path):
     httpd.server_close()
 
 
-def _chromium_or_skip():
-    reason = None
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "the playwright package is not installed"
-    if reason is None and not shutil.which(CHROMIUM):
-        reason = f"no Chromium at {CHROMIUM} (set CHROMIUM to another binary)"
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser test cannot run on CI: {reason}")
-        pytest.skip(f"browser test skipped: {reason}")
-    return sync_playwright
-
-
 def _offline_page(browser, outside: list[str], errors: list[str]):
     """A page that aborts (and records) every request leaving 127.0.0.1 and records console errors."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
@@ -190,7 +169,7 @@ def _offline_page(browser, outside: list[str], errors: list[str]):
 
 
 def test_site_in_a_real_browser_is_offline_and_works(server: str) -> None:
-    sync_playwright = _chromium_or_skip()
+    sync_playwright = chromium_or_skip()
     outside: list[str] = []
     errors: list[str] = []
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -237,7 +216,7 @@ def test_every_page_loads_its_images_without_console_errors(site: Path, server: 
     Text-only pages (most question pages) run the same theme code and nothing else; their
     links are covered by the link check above, so the sweep skips them to stay fast.
     """
-    sync_playwright = _chromium_or_skip()
+    sync_playwright = chromium_or_skip()
     rich = re.compile(r"<article\b.*?(<img|<math|<script|<input|<canvas).*?</article>", re.DOTALL)
     pages = sorted(
         p.relative_to(site).as_posix() for p in site.rglob("index.html")

@@ -1,0 +1,39 @@
+"""Chromium for the browser tests (tests/test_site.py, tests/test_as_learner.py).
+
+Debian's Chromium driven by Playwright, started with the flags that keep it off the network
+(this machine's network is closed, and a page test must load nothing from outside anyway).
+The tests are skipped with the reason when Playwright or Chromium is missing, unless ``CI``
+is set, where that is a failure. Screenshots go under ``build/test-artifacts/``.
+
+Not a test module: tests import it as ``from browser_tools import ...``.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def chromium_or_skip():
+    """Playwright's ``sync_playwright``, or skip (fail under CI) saying what is missing."""
+    reason = None
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        reason = "the playwright package is not installed"
+    if reason is None and not shutil.which(CHROMIUM):
+        reason = f"no Chromium at {CHROMIUM} (set CHROMIUM to another binary)"
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"browser test cannot run on CI: {reason}")
+        pytest.skip(f"browser test skipped: {reason}")
+    return sync_playwright

@@ -156,6 +156,7 @@ def check_notebook(
                 test.seconds = seconds.get(test.id)
                 test.line = lines.get(test.id)
             result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout, lines)
+            result.threads = guard.get("threads", {})
         else:
             result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]
 
@@ -242,6 +243,7 @@ def _merge(runs: list[GradingResult], devices: list[str]) -> GradingResult:
                 test.advice, test.read, test.line = twin.advice, twin.read, twin.line
         merged.error = merged.error or other.error
         merged.timed_out = merged.timed_out or other.timed_out
+        merged.threads = merged.threads or other.threads
         known = {(e.cell, e.error) for e in merged.cell_errors}
         merged.cell_errors += [e for e in other.cell_errors if (e.cell, e.error) not in known]
     return merged

@@ -121,11 +121,13 @@ def strip_guard_lines(source: str) -> str:
                      if not line.startswith(("import grader.guard as _lab_guard", "_lab_guard.end(")))
 
 
-def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool], dict[str, str]]:
-    """From an autograded notebook: which test cells printed the run's ``ok`` line, and the
-    reason the guard gave for any it refused. The guard's lines are removed from the outputs."""
+def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool], dict[str, str], dict[str, str]]:
+    """From an autograded notebook: which test cells printed the run's ``ok`` line, the reason
+    the guard gave for any it refused, and the threads of the notebook's still running after
+    a test (``end``). The guard's lines are removed from the outputs."""
     finished: dict[str, bool] = {}
     refused: dict[str, str] = {}
+    threads: dict[str, str] = {}
     for cell in notebook.get("cells", []):
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):
@@ -143,12 +145,14 @@ def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool]
                     finished[test] = True
                 elif line.startswith(f"{MARK} refused: "):
                     refused[test] = line[len(f"{MARK} refused: "):].strip()
+                elif line.startswith(f"{MARK} threads: "):
+                    threads[test] = line[len(f"{MARK} threads: "):].strip()
                 else:
                     kept.append(line)
             output["text"] = "".join(kept)
         cell["outputs"] = [o for o in cell.get("outputs", [])
                            if o.get("output_type") != "stream" or o.get("text")]
-    return finished, refused
+    return finished, refused, threads
 
 
 HIDDEN_TESTS = re.compile(r"^[ \t]*#+[ \t]*BEGIN HIDDEN TESTS.*?^[ \t]*#+[ \t]*END HIDDEN TESTS[^\n]*\n?",
@@ -422,4 +426,26 @@ def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
         name = delegated[0]
         _refuse(test, f"{watch.by_learner[name]} calls {name}, the reference implementation "
                       "this test compares it with: no credit")
+    left = running_threads()
+    if left:
+        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
+        print(f"{MARK} threads: {len(left)} ({shown})", flush=True)
     print(f"{MARK} {token} {test} ok", flush=True)
+
+
+def running_threads() -> list[str]:
+    """Names of the live threads running code of the notebook or of ``reference_impl`` (a rank
+    the learner's code left blocked, a loop it started): after a test they only compete with
+    every later test for the CPU. Threads of Python, IPython and other packages are not counted."""
+    import threading
+
+    found = []
+    for thread in threading.enumerate():
+        if thread is threading.current_thread() or not thread.is_alive():
+            continue
+        run = getattr(thread, "_target", None) or type(thread).run
+        code = getattr(getattr(run, "__func__", run), "__code__", None)
+        if isinstance(code, types.CodeType) and not _real_file(code).startswith(
+                ("<frozen ", GRADER_DIR) + INSTALLED):
+            found.append(thread.name)
+    return found

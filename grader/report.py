@@ -63,6 +63,7 @@ class GradingResult:
     isolation: dict[str, str] = field(default_factory=dict)  # what the sandbox enforced
     steps: dict[str, object] = field(default_factory=dict)  # nbgrader's steps: seconds, generated how
     concept_page: str | None = None  # the site address of the assignment's concept page
+    threads: dict[str, str] = field(default_factory=dict)  # test -> the notebook's threads still running after it
 
     @property
     def score(self) -> float:
@@ -92,6 +93,7 @@ class GradingResult:
             "isolation": self.isolation,
             "steps": self.steps,
             "concept_page": self.concept_page,
+            "threads": self.threads,
         }
         return json.dumps(data, indent=2)
 
@@ -154,6 +156,10 @@ def render_table(result: GradingResult, *, verbose: bool = False) -> str:
     notes = []
     if result.error:
         notes.append(f"grading did not complete: {result.error}")
+    if result.threads:
+        test, names = next(iter(result.threads.items()))
+        notes.append(f"threads your code started were still running after test {test}: {names}; they take "
+                     "CPU from every test after it (end them, or join them before returning)")
     if result.tampered:
         notes.append(
             "locked cells that differ from the released notebook were graded with their "

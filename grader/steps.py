@@ -299,7 +299,7 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
     with Gradebook(api.coursedir.db_url, api.coursedir.course_id) as gb:
         for path in sorted(folder.glob("*.ipynb")):
             content = json.loads(path.read_text(encoding="utf-8"))
-            finished, refused = read_verdicts(content, token)
+            finished, refused, threads = read_verdicts(content, token)
             lines = learner_lines(content)  # before the hidden tests' tracebacks are concealed
             truncate_outputs(content)
             conceal_hidden_tests(content)
@@ -309,7 +309,7 @@ def _apply_guard(api: Any, root: Path, assignment: str, student: str, token: str
                 if not finished.get(grade.name, False) and (grade.auto_score or 0) > 0:
                     grade.auto_score = 0.0
             gb.db.commit()
-            verdicts[path.stem] = {"finished": finished, "refused": refused, "lines": lines}
+            verdicts[path.stem] = {"finished": finished, "refused": refused, "lines": lines, "threads": threads}
     return verdicts
 
 

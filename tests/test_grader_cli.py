@@ -333,6 +333,18 @@ def test_a_hang_stops_the_run_within_its_cell_limit_and_progress_streams(tiny_co
     assert " ".join(out.split()).count("which stopped the run") == 1
 
 
+def test_threads_left_running_are_reported(tiny_course, tmp_path):
+    """A solution that leaves a thread spinning slows every later test: the report names it."""
+    nb = edit_cell(tiny_notebook(), "solution", lambda s: "import threading\n\ndef _spin():\n    while True:\n"
+                   "        pass\n\nthreading.Thread(target=_spin, name='spinner', daemon=True).start()\n\n" + s)
+    spinning = write_nb(tmp_path / "tiny.ipynb", nb)
+    result = start("check", str(spinning), "--json", "--feedback-dir", "fb", cwd=tmp_path,
+                   course=tiny_course).wait().result()
+    assert result["score"] == 6  # still right, only slower
+    assert result["threads"] == {t["id"]: "1 (spinner)" for t in result["tests"]}
+    assert "spinner" in Path(result["feedback_html"]).read_text(encoding="utf-8")
+
+
 def test_assignment_option_names_a_notebook_without_metadata(tiny_course, tmp_path):
     nb = tiny_notebook()
     del nb["metadata"]["lab"]

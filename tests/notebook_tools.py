@@ -288,3 +288,51 @@ def notebook_namespace(nb: dict[str, Any], *, upto: str | None = None,
     namespace: dict[str, Any] = {"__name__": "notebook"}
     run_cells(nb, strict=True, upto=upto, skip=skip, namespace=namespace)
     return namespace
+
+
+# --------------------------------------------------------------------------- written hints
+
+
+class Hints:
+    """The hints a source notebook writes for its tests (``lab`` metadata, grader/hints.py), and
+    the checks that a wrong solution is advised with the hint written for its mistake."""
+
+    def __init__(self, source: Path):
+        self.source = read_nb(source)
+
+    def written(self, test_id: str) -> Any:
+        """The ``WrittenHint`` of test ``test_id``; it must have a link to read."""
+        from grader.hints import read_hint
+
+        hint = read_hint(cell_of(self.source, test_id)["metadata"])
+        assert hint is not None and hint.read, f"{test_id}: no written hint, or no link to read"
+        return hint
+
+    def graded_in_process(self, nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Run ``nb``'s cells in process and report each test as ``grader check --json`` does: passed,
+        hint (the failure, one line), advice (the written hint that failure picks) and read (its link)."""
+        from grader.check import describe_error
+        from grader.hints import site_link
+
+        tests = {}
+        for test_id, error in run_cells(nb).items():
+            name, _, value = (error or "").partition(": ")
+            hint = describe_error([{"ename": name, "evalue": value}], None) if error else None
+            written = self.written(test_id)
+            tests[test_id] = {"passed": error is None, "hint": hint, "advice": written.advice(hint) if error else None,
+                              "read": site_link(written.read) if error else None}
+        return tests
+
+    def assert_advice(self, tests: dict[str, dict[str, Any]], expected: dict[str, str]) -> None:
+        """The failed tests are those of ``expected`` ({test: a fragment of the hint written for that
+        mistake}); each was advised exactly that written hint, and linked to its concept paragraph."""
+        from grader.hints import site_link
+
+        failed = {test_id: t for test_id, t in tests.items() if not t["passed"]}
+        assert set(failed) == set(expected), {test_id: t["hint"] for test_id, t in failed.items()}
+        for test_id, fragment in expected.items():
+            written = self.written(test_id)
+            chosen = {h for h in (written.hint, *(h for _, h in written.cases)) if fragment in h}
+            assert len(chosen) == 1, f"{test_id}: {fragment!r} is in {len(chosen)} of its written hints"
+            assert failed[test_id]["advice"] in chosen, (test_id, failed[test_id]["hint"], failed[test_id]["advice"])
+            assert failed[test_id]["read"] == site_link(written.read), (test_id, failed[test_id]["read"])

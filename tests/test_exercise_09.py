@@ -6,7 +6,11 @@ What is checked, with the grader runs started together once:
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cells filled in from the source scores full marks;
 * a gradient that assigns instead of scatter-adding (``d[local] += d_out`` keeps one of the
-  repeated rows) gets partial marks: the pull tests pass, every test of the gradient fails;
+  repeated rows) gets partial marks: the pull tests pass, every test of the gradient fails, each
+  with the hint written for that mistake and a link to the concept paragraph;
+* in process (no grader): five more plausible mistakes (no dedupe, a flat local index, pulling
+  the whole batch, pushing row by row, a gradient sized by the batch) fail exactly their tests,
+  each advised with the hint written for it;
 * in process: the source notebook's functions equal the reference on random batches.
 """
 from __future__ import annotations
@@ -15,17 +19,19 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "09_sparse_table"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "sparse_table.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 11.0
 SOLUTION_CELLS = ("pull", "grad_push")
 GRADIENT_TESTS = {"test_grad_example", "hidden_grad", "hidden_push", "hidden_traffic"}
 
 pytestmark = pytest.mark.timeout(300)
+
 
 NO_ADD_AT = replacing("np.add.at(d_matrix, local_index.ravel(), d_out.reshape(-1, dim))",
                       "d_matrix[local_index.ravel()] += d_out.reshape(-1, dim)")
@@ -51,6 +57,35 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 def test_assigning_instead_of_scatter_adding_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["no_add_at"], MAX_SCORE, failing=GRADIENT_TESTS, score=3.0)
     assert "row 0 is used twice" in tests["test_grad_example"]["hint"]
+    assert "smallest failing input: embedding_grad(np.array([0, 0]), np.array([[1.0], [2.0]]), 1)" in (
+        tests["hidden_grad"]["hint"])
+    HINTS.assert_advice(tests, {"test_grad_example": "The backward of a gather is a scatter-add",
+                          "hidden_grad": "The backward of a gather is a scatter-add",
+                          "hidden_push": "After pull, gradient and push with Adagrad",
+                          "hidden_traffic": "Each id travelled once"})
+
+
+@pytest.mark.parametrize("cell, old, new, advice", [
+    ("pull", "unique_ids, local_index = np.unique(ids.ravel(), return_inverse=True)",
+     "unique_ids, local_index = ids.ravel(), np.arange(ids.size)",
+     {"test_pull_example": "unique_ids repeats an id", "hidden_pull": "unique_ids repeats an id",
+      "hidden_push": "table.push refuses an id named twice", "hidden_traffic": "table.push refuses an id named twice"}),
+    ("pull", "local_index = local_index.reshape(ids.shape)", "pass",
+     {"test_pull_example": "must have the shape of ids", "hidden_pull": "must have the shape of ids"}),
+    ("pull", "matrix = table.pull(unique_ids)",
+     "matrix = table.pull(ids.ravel())[np.unique(ids.ravel(), return_index=True)[1]]",
+     {"hidden_traffic": "More ids travelled to the servers"}),
+    ("grad_push", "table.push(np.asarray(unique_ids), np.asarray(d_matrix))",
+     "for i, g in zip(unique_ids, d_matrix):\n        table.push(np.array([i]), np.asarray(g)[None])",
+     {"hidden_traffic": "accepts a push only for ids pulled"}),
+    ("grad_push", "d_matrix = np.zeros((n_unique, dim))", "d_matrix = np.zeros((local_index.max() + 1, dim))",
+     {"hidden_grad": "one row per unique id: shape (n_unique, dim)"}),
+], ids=["no_dedupe", "flat_local_index", "pull_whole_batch", "push_row_by_row", "gradient_sized_by_batch"])
+def test_plausible_wrong_solutions_fail_their_tests_with_their_hints_in_process(cell, old, new, advice):
+    tests = HINTS.graded_in_process(edit_cell(read_nb(SOURCE), cell, replacing(old, new)))
+    HINTS.assert_advice(tests, advice)
+    if advice.get("hidden_traffic") == "accepts a push only for ids pulled":  # the PSError says what to do
+        assert "must have been pulled first in the same step" in tests["hidden_traffic"]["hint"]
 
 
 def test_source_functions_match_the_reference_in_process():

@@ -3,8 +3,12 @@
 Checked, with the grader runs started together once: the source notebook scores full marks;
 the released notebook scores 0 and grading it completes; the released notebook with the
 solution cells filled in from the source scores full marks; a wrong bubble formula plus an
-off-by-one 1F1B warm-up get partial marks, failing exactly their own tests; and, in
-process, the source's functions equal the reference on random inputs.
+off-by-one 1F1B warm-up get partial marks, failing exactly their own tests, each with the hint
+written for that mistake and a link to the concept paragraph; in process (no grader), more
+plausible mistakes (no ValueError, GPipe's backwards reversed, a warm-up not cut at m, a
+deadlock not detected or not named, the equal-stage bubble, a start time that ignores the
+stage) fail exactly their tests with their hints; and,
+in process, the source's functions equal the reference on random inputs.
 """
 from __future__ import annotations
 
@@ -12,13 +16,14 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 from reference_impl.train import pipeline
 
 ASSIGNMENT = "12_pipeline_schedule"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "pipeline_schedule.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 13.0
 SOLUTION_CELLS = ("bubble", "schedules", "simulate")
 
@@ -53,6 +58,37 @@ def test_plausible_wrong_solutions_get_partial_marks_failing_exactly_their_tests
     hints = assert_partial_marks(runs["wrong"], MAX_SCORE, failing=failing, score=MAX_SCORE - 6)
     assert "bubble_fraction(4, 8): expected 0.272727" in hints["test_bubble_example"]["hint"]
     assert "stage 0, op 3: expected ('B', 0), found ('F', 3)" in hints["test_1f1b_example"]["hint"]
+    assert "smallest failing input: bubble_fraction(2, 1): expected 0.5, found 1.0" in hints["hidden_bubble"]["hint"]
+    HINTS.assert_advice(hints, {"test_bubble_example": "idle share of the step", "hidden_bubble": "idle share of the step",
+                          "test_1f1b_example": "warm-up forwards: the last stage none",
+                          "hidden_1f1b": "warm-up forwards: the last stage none"})
+
+
+F0, F1, B0, B1 = ("F", 0), ("F", 1), ("B", 0), ("B", 1)
+
+
+@pytest.mark.parametrize("cell, old, new, advice", [
+    ("bubble", "raise ValueError", "pass  #", {"hidden_bubble": "must refuse a pipeline"}),
+    ("schedules", '[("B", i) for i in range(m)] for _ in range(p)]',
+     '[("B", i) for i in reversed(range(m))] for _ in range(p)]',
+     {"test_gpipe_example": "GPipe runs, on every stage", "hidden_gpipe": "GPipe is the same list"}),
+    ("schedules", "w = min(p - s - 1, m)", "w = p - s - 1", {"hidden_1f1b": "right while m >= p"}),
+    ("simulate", 'raise ValueError("the schedule deadlocks")', 'raise ValueError("stuck")',
+     {"hidden_simulate": "must contain the word 'deadlock'"}),
+    ("simulate", '        if not moved:\n            raise ValueError("the schedule deadlocks")',
+     "        if not moved:\n            break", {"hidden_simulate": "simulate returned instead of raising"}),
+    ("simulate", 'return {"makespan": makespan, "bubble": 1.0 - busy / (p * makespan)}',
+     'return {"makespan": makespan, "bubble": (p - 1) / (len(schedule[0]) // 2 + p - 1)}',
+     {"hidden_simulate": "The makespan is right and the bubble is not"}),
+    ("simulate", "start = max(free[s], end[need] if need else 0.0)", "start = end[need] if need else free[s]",
+     {"hidden_simulate": "The makespan differs"}),
+], ids=["no_value_error", "gpipe_backwards_reversed", "warm_up_not_cut_at_m", "deadlock_not_named",
+        "deadlock_not_detected", "equal_stage_bubble", "start_ignores_the_stage"])
+def test_plausible_wrong_solutions_fail_their_tests_with_their_hints_in_process(cell, old, new, advice):
+    tests = HINTS.graded_in_process(edit_cell(read_nb(SOURCE), cell, replacing(old, new)))
+    HINTS.assert_advice(tests, advice)
+    if "hidden_simulate" in advice:  # the smallest failing schedule, as a call to rerun
+        assert f"simulate([[{F0}, " in tests["hidden_simulate"]["hint"]
 
 
 def test_source_functions_match_the_reference_in_process():

@@ -6,7 +6,11 @@ sandbox, so these runs also check that the toolchain works there.
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cell filled in from the source scores full marks;
 * a generator that writes every weight, zeros included, gets partial marks: its layers compute
-  the right values, the sparsity test fails;
+  the right values, the sparsity test fails, with the hint written for that mistake and a link
+  to the concept paragraph;
+* in process (no grader): more plausible mistakes (no bias, W read transposed, the name argument
+  ignored, a dangling '+' for an all-zero column) fail exactly their tests with their hints;
+  (every test cell having a hint and a link is tests/test_hints.py's);
 * in process: the source's generated layer, compiled, equals ``x @ W + b``.
 """
 from __future__ import annotations
@@ -15,16 +19,18 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "13_codegen"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "codegen.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 6.0
 SOLUTION_CELLS = ("generate_layer",)
 
 pytestmark = pytest.mark.timeout(300)
+
 
 WITH_ZEROS = replacing("for k in np.flatnonzero(w[:, j])]", "for k in range(k_in)]")
 
@@ -51,6 +57,29 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 def test_writing_zero_weights_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["with_zeros"], MAX_SCORE, failing={"hidden_sparsity"})
     assert "expected one x[...] term per non-zero weight" in tests["hidden_sparsity"]["hint"]
+    assert "smallest failing input: generate_layer(np.array([[0.0]], np.float32)" in tests["hidden_sparsity"]["hint"]
+    HINTS.assert_advice(tests, {"hidden_sparsity": "more x[...] terms than W has non-zero weights"})
+
+
+@pytest.mark.parametrize("old, new, advice", [
+    ("terms = [c_float(b[j])] + [", "terms = [",
+     {"test_layer_example": "computes the wrong values", "hidden_layers": "computes the wrong values",
+      "hidden_sparsity": "all zeros must be exactly"}),
+    ('f"x[{k}]*{c_float(w[k, j])}" for k in np.flatnonzero(w[:, j])',
+     'f"x[{k}]*{c_float(w[j, k])}" for k in np.flatnonzero(w[j, :])',
+     {"test_layer_example": "computes the wrong values", "hidden_layers": "indexed W out of range",
+      "hidden_sparsity": "indexed W out of range"}),
+    ('lines = [f"void {name}(const float *x, float *y) {{"]', 'lines = ["void layer(const float *x, float *y) {"]',
+     {"hidden_layers": "called by the name argument"}),
+    ("lines.append(f\"    y[{j}] = {' + '.join(terms)};\")",
+     "lines.append(f\"    y[{j}] = {terms[0]} + {' + '.join(terms[1:])};\")",
+     {"hidden_layers": "does not compile", "hidden_sparsity": "all zeros must be exactly"}),
+], ids=["no_bias", "w_transposed", "name_ignored", "dangling_plus"])
+def test_plausible_wrong_generators_fail_their_tests_with_their_hints_in_process(old, new, advice):
+    tests = HINTS.graded_in_process(edit_cell(read_nb(SOURCE), "generate_layer", replacing(old, new)))
+    HINTS.assert_advice(tests, advice)
+    if "does not compile" in advice.get("hidden_layers", ""):  # the compiler's error, not its command line
+        assert "the C compiler rejected the source: expected expression" in tests["hidden_layers"]["hint"]
 
 
 def test_source_generator_compiles_and_matches_numpy_in_process():

@@ -3,7 +3,11 @@
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cell filled in from the source scores full marks;
 * deciding foldability on the *old* graph's inputs (so chains do not fold in one sweep) gets
-  partial marks: the rules test passes, the example and random-graph tests fail;
+  partial marks: the rules test passes, the example and random-graph tests fail, each with the
+  hint written for that mistake and a link to the concept paragraph;
+* in process (no grader): more plausible mistakes (folding an op with a control input, a value
+  of the wrong dtype, input values read from the old graph) fail exactly their tests with their
+  hints;
 * in process: the source's pass agrees with ``reference_impl.graph.constant_folding``.
 """
 from __future__ import annotations
@@ -12,17 +16,19 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "14_constant_folding"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "constant_folding.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 7.0
 SOLUTION_CELLS = ("fold_constants",)
 CHAIN_TESTS = {"test_fold_example", "hidden_random_graphs"}
 
 pytestmark = pytest.mark.timeout(300)
+
 
 OLD_INPUTS = replacing('all(t.op.type == "Const" for t in inputs)', 'all(t.op.type == "Const" for t in op.inputs)')
 
@@ -49,6 +55,20 @@ def test_released_notebook_scores_zero_without_crashing(runs):
 def test_folding_on_old_inputs_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["old_inputs"], MAX_SCORE, failing=CHAIN_TESTS)
     assert "expected six and seven folded" in tests["test_fold_example"]["hint"]
+    assert "y is Add (expected Const)" in tests["hidden_random_graphs"]["hint"]
+    HINTS.assert_advice(tests, {test: "must fold in one sweep" for test in CHAIN_TESTS})
+
+
+@pytest.mark.parametrize("old, new, advice", [
+    (" and not op.control_inputs", "", {"hidden_rules": "ctrl has only Const inputs"}),
+    ("value = np.asarray(value, dtype=op.outputs[0].dtype)", "value = np.asarray(value, dtype=np.float64)",
+     {"test_fold_example": "must have the op's output dtype", "hidden_rules": "int_sum folded, but"}),
+    ('opdef.kernel([t.op.attrs["value"] for t in inputs]', 'opdef.kernel([t.op.attrs["value"] for t in op.inputs]',
+     {"test_fold_example": "Take the input values from the new graph",
+      "hidden_random_graphs": "Take the input values from the new graph"}),
+], ids=["folds_under_a_control_input", "value_of_the_wrong_dtype", "values_from_the_old_graph"])
+def test_plausible_wrong_passes_fail_their_tests_with_their_hints_in_process(old, new, advice):
+    HINTS.assert_advice(HINTS.graded_in_process(edit_cell(read_nb(SOURCE), "fold_constants", replacing(old, new))), advice)
 
 
 def test_source_pass_matches_reference_in_process():

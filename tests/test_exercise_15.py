@@ -6,10 +6,13 @@ What is checked, with the grader runs started together once:
 * the released notebook scores 0, and grading it completes;
 * the released notebook with the solution cells filled in from the source scores full marks;
 * a clock whose timeout names the waiting worker instead of the slow one gets partial marks:
-  the rule and the threads pass, the two tests of the error message fail;
-* in process (no grader): an off-by-one bound (``<`` for ``<=``) and a ``wait_to_read`` that
-  returns the wrong clock lose exactly the tests they should, and the source notebook's
-  clock agrees with ``reference_impl.ps.ssp_clock.SSPClock`` on a random schedule.
+  the rule and the threads pass, the two tests of the error message fail, each with the hint
+  written for that mistake and a link to the concept paragraph;
+* in process (no grader): an off-by-one bound (``<`` for ``<=``), a bound one too loose, a
+  ``wait_to_read`` that returns the wrong clock and a constructor that accepts no workers lose
+  exactly the tests they should, each with the hint written for its mistake; every test cell
+  has a hint and a link; and the source notebook's clock agrees with
+  ``reference_impl.ps.ssp_clock.SSPClock`` on a random schedule.
 """
 from __future__ import annotations
 
@@ -17,17 +20,19 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, by_id,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    by_id, edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
 )
 
 ASSIGNMENT = "15_ssp_clock"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "ssp_clock.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 8.0
 SOLUTION_CELLS = ("clock",)
 TESTS = {"test_example", "hidden_rule", "hidden_threads", "hidden_fail_fast"}
 
 pytestmark = pytest.mark.timeout(300)
+
 
 NAMES_ITSELF = replacing("slow = min(range(len(self.clocks)), key=self.clocks.__getitem__)", "slow = worker")
 
@@ -56,17 +61,30 @@ def test_naming_the_wrong_worker_gets_partial_marks(runs):
     failing = set(by_id(result)) - {"hidden_rule", "hidden_threads"}  # only these two pass
     tests = assert_partial_marks(result, MAX_SCORE, failing=failing, score=5.0)
     assert "must name worker" in tests["hidden_fail_fast"]["hint"]
+    assert "c = SSPClock(3, 1); c.tick(0); c.tick(0); c.tick(2); c.tick(2); c.wait_to_read(2, 0.1)" in (
+        tests["hidden_fail_fast"]["hint"])
+    HINTS.assert_advice(tests, {test: "must name the worker everyone is waiting for" for test in failing})
 
 
-@pytest.mark.parametrize("edit, failing", [
-    (replacing("<= self.staleness  # noqa", "< self.staleness  # noqa"), TESTS),
+BOUND, LOOSE, RETURN = "AT MOST staleness", "beyond the bound and must wait", "must return the slowest clock"
+
+
+@pytest.mark.parametrize("edit, advice", [
+    (replacing("<= self.staleness  # noqa", "< self.staleness  # noqa"),
+     {"test_example": BOUND, "hidden_rule": BOUND, "hidden_threads": BOUND,
+      "hidden_fail_fast": "yet the read timed out"}),
+    (replacing("<= self.staleness  # noqa", "<= self.staleness + 1  # noqa"),
+     {"test_example": LOOSE, "hidden_rule": LOOSE, "hidden_threads": "A read ran further ahead",
+      "hidden_fail_fast": LOOSE}),
     (replacing("            return min(self.clocks)\n", "            return 0\n"),
-     {"test_example", "hidden_rule", "hidden_fail_fast"}),
-], ids=["strict_bound", "wrong_return"])
-def test_plausible_wrong_clocks_lose_the_right_tests_in_process(edit, failing):
-    outcome = run_cells(edit_cell(read_nb(SOURCE), "clock", edit))
-    assert set(outcome) == TESTS
-    assert {t for t, error in outcome.items() if error} == failing, outcome
+     {"test_example": RETURN, "hidden_rule": RETURN, "hidden_fail_fast": RETURN}),
+    (replacing('raise ValueError(f"SSPClock: need at least one worker, got {n_workers}")', "pass"),
+     {"hidden_rule": "Refuse impossible clocks"}),
+], ids=["strict_bound", "loose_bound", "wrong_return", "no_workers_accepted"])
+def test_plausible_wrong_clocks_lose_the_right_tests_in_process(edit, advice):
+    tests = HINTS.graded_in_process(edit_cell(read_nb(SOURCE), "clock", edit))
+    assert set(tests) == TESTS
+    HINTS.assert_advice(tests, advice)
 
 
 def test_source_clock_matches_the_reference_in_process():

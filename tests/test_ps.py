@@ -160,7 +160,8 @@ def test_bad_pushes_are_refused_without_corrupting_any_server():
     cluster, spec = ClusterSpec(2, 1), model_spec(4)
     messages, rows = run_threads(3, _bad_pushes, cluster, spec, timeout=10)[2]
     assert "rank 2: push to table 'emb' names 1 id(s) this worker did not pull" in messages[0]
-    assert "12345" in messages[0] and "nothing was sent" in messages[0]
+    assert "did not pull since its last push: id 12345; nothing was sent" in messages[0]
+    assert "must have been pulled first in the same step" in messages[0]  # says what to do
     assert "NaN or inf" in messages[1] and "push_dense('w') has NaN or inf" in messages[2]
     assert messages[3] == 1  # the server's own check: UNKNOWN_IDS
     np.testing.assert_array_equal(rows, SparseTable(4, seed=0).pull([1, 2, 3]))

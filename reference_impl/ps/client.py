@@ -163,8 +163,12 @@ class RemoteTable:
         pulled = c.pulled.get(self.index, set())
         unknown = [i for i in ids.tolist() if i not in pulled]
         if unknown:
+            shown = ("id " if len(unknown) == 1 else "ids ") + ", ".join(str(i) for i in unknown[:5])
+            shown += f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
             raise PSError(f"rank {c.comm.rank}: {what} names {len(unknown)} id(s) this worker did "
-                          f"not pull since its last push, e.g. {unknown[0]}; nothing was sent")
+                          f"not pull since its last push: {shown}; nothing was sent. Every pushed id must "
+                          f"have been pulled first in the same step, and a push ends the step: pull the "
+                          f"batch's ids, then push all their gradients in one call")
         c.pulled[self.index] = set()
         self._send_rows(PUSH_SPARSE, ids, grads, what)
 

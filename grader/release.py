@@ -72,6 +72,22 @@ def check_no_leaks(source_notebook: dict, released_notebook: dict, name: str) ->
             )
 
 
+def _strip_written_hints(notebook: dict) -> int:
+    """Take the instructor's hints (``lab.hint``, ``lab.hints``, ``lab.read``, grader.hints) out of
+    a learner notebook's cells: the grader shows each one when its mistake happens, and reads
+    them from the course, never from the learner's copy. Returns how many cells had some."""
+    stripped = 0
+    for cell in notebook.get("cells", []):
+        lab = cell.get("metadata", {}).get("lab")
+        if isinstance(lab, dict) and {"hint", "hints", "read"} & set(lab):
+            for key in ("hint", "hints", "read"):
+                lab.pop(key, None)
+            if not lab:
+                del cell["metadata"]["lab"]
+            stripped += 1
+    return stripped
+
+
 MANIFEST = ".released.json"  # in the release folder: the hash of every notebook as it was released
 
 
@@ -119,11 +135,11 @@ def generate_release(course: Course, assignments: list[Assignment], root: Path, 
             released = root / "release" / assignment.name / source.name
             if not released.is_file():
                 raise ReleaseFailed(f"nbgrader produced no {released.relative_to(root)}")
-            check_no_leaks(
-                json.loads(source.read_text(encoding="utf-8")),
-                json.loads(released.read_text(encoding="utf-8")),
-                f"{assignment.name}/{source.name}",
-            )
+            content = json.loads(released.read_text(encoding="utf-8"))
+            check_no_leaks(json.loads(source.read_text(encoding="utf-8")), content,
+                           f"{assignment.name}/{source.name}")
+            if _strip_written_hints(content):
+                released.write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             staged.append((released, f"{assignment.name}/{source.name}"))
     return staged
 

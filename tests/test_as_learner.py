@@ -67,6 +67,8 @@ def started(lab):
     notebooks = {p.parent.name: where / "work" / p.parent.name / p.name for p in SOURCES}
     for path in notebooks.values():
         assert path.is_file() and os.stat(path).st_uid == who.uid, path
+        # the hints are the grader's to show when their mistake happens, not the copy's to spoil
+        assert not any("hint" in c["metadata"].get("lab", {}) for c in read_nb(path)["cells"]), path
     return notebooks
 
 

@@ -308,24 +308,62 @@ class Hints:
         assert hint is not None and hint.read, f"{test_id}: no written hint, or no link to read"
         return hint
 
-    def graded_in_process(self, nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
-        """Run ``nb``'s cells in process and report each test as ``grader check --json`` does: passed,
-        hint (the failure, one line), advice (the written hint that failure picks) and read (its link)."""
-        from grader.check import describe_error
+    def case(self, test_id: str, pattern: str) -> str:
+        """The hint written for the mistake whose failure message ``pattern`` selects, in ``test_id``."""
+        return dict(self.written(test_id).cases)[pattern]
+
+    def report(self, outcome: dict[str, str | None], *, whole: bool = False) -> dict[str, dict[str, Any]]:
+        """``run_cells``'s outcome reported as ``grader check --json`` reports tests: passed, hint (the
+        failure, one line), advice (the written hint that failure picks) and read (its link). With
+        ``whole``, every failure must fit the grader's limit uncut (its reproduce line included)."""
+        from grader.check import HINT_LIMIT, describe_error
         from grader.hints import site_link
 
         tests = {}
-        for test_id, error in run_cells(nb).items():
+        for test_id, error in outcome.items():
             name, _, value = (error or "").partition(": ")
-            hint = describe_error([{"ename": name, "evalue": value}], None) if error else None
+            hint = describe_error([{"ename": name, "evalue": value, "traceback": []}], None) if error else None
+            if hint and whole:
+                assert len(hint) <= HINT_LIMIT and not hint.endswith("..."), (test_id, hint)
             written = self.written(test_id)
             tests[test_id] = {"passed": error is None, "hint": hint, "advice": written.advice(hint) if error else None,
                               "read": site_link(written.read) if error else None}
         return tests
 
+    def graded_in_process(self, nb: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """Run ``nb``'s cells in process and report each test as the grader does (``report``)."""
+        return self.report(run_cells(nb))
+
+    def advice_in_process(self, outcome: dict[str, str | None], *, whole: bool = False) -> dict[str, str]:
+        """{test: the written hint the grader would pick} for every test that failed in ``run_cells``."""
+        return {test_id: t["advice"] for test_id, t in self.report(outcome, whole=whole).items() if not t["passed"]}
+
+    def assert_general_hints(self, result: dict[str, Any]) -> None:
+        """A notebook with no known mistake yet (the stubs): every failed test gets its general hint."""
+        from grader.hints import site_link
+
+        for test in result["tests"]:
+            if not test["passed"]:
+                assert test["advice"] == self.written(test["id"]).hint, (test["id"], test["advice"])
+                assert test["read"] == site_link(self.written(test["id"]).read), test
+
+    def assert_advised(self, tests: dict[str, dict[str, Any]], expected: dict[str, str], *,
+                       whole: bool = False) -> None:
+        """Each failed test in ``expected`` shows exactly the hint written for its mistake (the text)
+        and links to its paragraph; with ``whole``, its failure fits the grader's limit uncut."""
+        from grader.check import HINT_LIMIT
+        from grader.hints import site_link
+
+        for test_id, text in expected.items():
+            test = tests[test_id]
+            assert not test["passed"] and test["advice"] == text, (test_id, test["hint"], test["advice"])
+            assert test["read"] == site_link(self.written(test_id).read) and "#" in test["read"], (test_id, test["read"])
+            if whole:
+                assert len(test["hint"]) <= HINT_LIMIT and not test["hint"].endswith("..."), (test_id, test["hint"])
+
     def assert_advice(self, tests: dict[str, dict[str, Any]], expected: dict[str, str]) -> None:
-        """The failed tests are those of ``expected`` ({test: a fragment of the hint written for that
-        mistake}); each was advised exactly that written hint, and linked to its concept paragraph."""
+        """The failed tests are exactly those of ``expected`` ({test: a fragment of the hint written
+        for that mistake}); each was advised that written hint, and linked to its concept paragraph."""
         from grader.hints import site_link
 
         failed = {test_id: t for test_id, t in tests.items() if not t["passed"]}

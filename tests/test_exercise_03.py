@@ -11,6 +11,11 @@ Through ``python -m grader`` (the slow runs start together, once, in the module 
 In process (fast): every cell of the source notebook passes; a solution that gathers
 everything at rank 0 and sends the result back gets the right numbers but fails the
 traffic tests; the released notebook holds no solution and no hidden test.
+
+Every failing test of a wrong solution shows the hint written for that mistake (the test
+cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
+process too for a ``mean`` never divided by p and a partner ``r + 2**k`` instead of
+``r ^ 2**k`` (a deadlock).
 """
 from __future__ import annotations
 
@@ -22,12 +27,13 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, run_cells, source_of,
+    Hints, ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell, grade_assignment,
+    notebook_namespace, read_nb, replacing, run_cells, source_of,
 )
 
 ASSIGNMENT = "03_recursive_doubling"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "recursive_doubling.ipynb"
+HINTS = Hints(SOURCE)
 SOLUTION_CELLS = ("largest_power_of_two", "exchange", "recursive_doubling_allreduce")
 MAX_SCORE = 20.0
 POW2_TESTS = {  # what a solution without the fold must still pass, with its points
@@ -64,6 +70,12 @@ def recursive_doubling_allreduce(comm, x, op="sum"):
     return data.reshape(np.shape(x))
 '''
 
+NO_MEAN_DIVISION = replacing('''    if op == "mean":
+        data /= p
+''', "")
+PARTNER_PLUS = replacing("partner = comm.rank ^ distance", "partner = (comm.rank + distance) % p2")
+NO_FOLD_CASE = r"destination rank \d+ is outside"
+
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -85,6 +97,7 @@ def test_released_notebook_with_solutions_scores_full_marks(runs):
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
     assert_unimplemented_scores_zero(result, MAX_SCORE)
+    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
 
 
 def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):
@@ -96,6 +109,9 @@ def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):
     for gid in FOLD_TESTS:
         assert not tests[gid]["passed"] and tests[gid]["score"] == 0
         assert "expected" in tests[gid]["hint"] and "found" in tests[gid]["hint"], tests[gid]["hint"]
+    assert "reproduce: run_threads(3, lambda comm: recursive_doubling_allreduce(comm, rank_inputs(3, 0, " in (
+        tests["hidden_allreduce_any"]["hint"])
+    HINTS.assert_advised(tests, {gid: HINTS.case(gid, NO_FOLD_CASE) for gid in FOLD_TESTS})
 
 
 def test_release_holds_no_solution_and_no_hidden_test(runs):
@@ -130,6 +146,24 @@ def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():
     for gid in ("hidden_traffic_pow2", "hidden_traffic_fold"):
         error = outcome[gid]
         assert error is not None and "expected" in error and "found" in error, (gid, error)
+    assert HINTS.advice_in_process(outcome, whole=True) == {gid: HINTS.written(gid).hint for gid in ("hidden_traffic_pow2", "hidden_traffic_fold")}
+
+
+def test_a_mean_never_divided_gets_its_hint_in_process():
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "recursive_doubling_allreduce", NO_MEAN_DIVISION))
+    assert "(exactly p = 2 times the expected)" in outcome["hidden_allreduce_pow2"], outcome
+    assert HINTS.advice_in_process(outcome, whole=True) == {
+        gid: HINTS.case(gid, r"exactly p = \d+ times the expected") for gid in ("hidden_allreduce_pow2", "hidden_allreduce_any")}
+
+
+def test_a_partner_that_is_not_symmetric_deadlocks_and_gets_its_hint_in_process():
+    """r + 2**k pairs rank 0 with 1 but rank 1 with 2: every exchange waits for ever (5 s here). Only the
+    exchange tests run, to keep the waiting short."""
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "exchange", PARTNER_PLUS),
+                        skip=("test_allreduce", "hidden_allreduce", "hidden_traffic"))
+    assert "reproduce: x = rank_inputs(4, 0, np.float32, seed=0, high=100)" in outcome["hidden_exchange"], outcome
+    assert HINTS.advice_in_process(outcome, whole=True) == {
+        gid: HINTS.case(gid, r"no message from rank") for gid in ("test_exchange_example", "hidden_exchange")}
 
 
 def test_the_notebook_solution_agrees_with_reference_impl():

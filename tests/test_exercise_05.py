@@ -9,20 +9,27 @@ What is checked, with the grader runs started together once (as in tests/test_gr
   gets partial marks: the rules and the no-rule error pass, every walk over a reused tensor fails;
 * a ``grad_add``/``grad_mul`` without unbroadcasting gets partial marks too;
 * in process: every cell of the source notebook passes, and its gradients equal the reference
-  on random graphs.
+  on random graphs;
+* every failing test of a wrong solution shows the hint written for that mistake (the test
+  cell's ``lab`` metadata, chosen by the failure message, which says whether each rule alone
+  agrees with the reference on the failing graph) and a link to its paragraph; in process too
+  for a MatMul rule with its factors in the wrong order, a Tanh rule computed from the input,
+  and a walk that skips ops without a rule instead of raising.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
 )
 
 ASSIGNMENT = "05_autodiff"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "autodiff.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 12.0
 SOLUTION_CELLS = ("grad_rules", "gradients")
 REUSE_TESTS = {"test_gradients_example", "hidden_random_graphs", "hidden_weight_sharing"}
@@ -33,6 +40,12 @@ pytestmark = pytest.mark.timeout(300)
 NO_SUM = replacing("grads.setdefault(t, []).append(gt)", "grads[t] = [gt]")
 NO_UNBROADCAST = [replacing("return [sum_to(g, a), sum_to(g, b)]", "return [g, g]"),
                   replacing("return [sum_to(g * b, a), sum_to(g * a, b)]", "return [g * b, g * a]")]
+MATMUL_ORDER = replacing("return [G.matmul(g, G.transpose(b)), G.matmul(G.transpose(a), g)]",
+                         "return [G.matmul(G.transpose(b), g), G.matmul(g, G.transpose(a))]")
+TANH_OF_INPUT = replacing("z = op.outputs[0]\n    return [g * (1.0 - z * z)]", "z = op.inputs[0]\n    return [g * (1.0 - z * z)]")
+SKIPS_NO_RULE = replacing('raise LookupError(f"no gradient rule for op type {op.type!r} (op {op.name!r})")', "continue")
+WALK_CASE = r"each rule alone agrees"
+GRAPH_TESTS = ("hidden_random_graphs", "hidden_weight_sharing")
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +68,42 @@ def test_released_notebook_with_solutions_scores_full_marks(runs):
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
     assert_unimplemented_scores_zero(result, MAX_SCORE)
+    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
     assert_nothing_leaked(runs["released_text"], "def _random_graph", "sum_to(g * b, a)")
 
 
 def test_overwriting_instead_of_summing_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["no_sum"], MAX_SCORE, failing=REUSE_TESTS)
     assert "gradients of x * x + x at x = [1, 2, -3]" in tests["test_gradients_example"]["hint"]
+    graph = tests["hidden_random_graphs"]["hint"]
+    assert "each rule alone agrees" in graph and "The graph: x0 (4, 4), x1 (4,), x2 (4, 4) placeholders; t0 = " in graph
+    HINTS.assert_advised(tests, {"test_gradients_example": HINTS.written("test_gradients_example").hint,
+                           **{gid: HINTS.case(gid, WALK_CASE) for gid in GRAPH_TESTS}})
 
 
 def test_no_unbroadcast_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["no_bc"], MAX_SCORE, failing=BROADCAST_TESTS)
     assert "expected shape (4,), found (3, 4)" in tests["test_rules_example"]["hint"]
+    HINTS.assert_advised(tests, {
+        "test_rules_example": HINTS.case("test_rules_example", r"expected shape"),
+        "hidden_rules": HINTS.case("hidden_rules", r"grad rule for (Add|Mul) .*expected shape"),
+        "hidden_random_graphs": HINTS.case("hidden_random_graphs", r"your rule for (Add|Mul) gives shape"),
+    })
+
+
+@pytest.mark.parametrize("edit, rules_case, graphs_case", [
+    (MATMUL_ORDER, r"grad rule for MatMul(?!.*NotImplementedError)", r"your rule for MatMul|ShapeError: MatMul"),
+    (TANH_OF_INPUT, r"grad rule for Tanh(?!.*NotImplementedError)", r"your rule for Tanh"),
+], ids=["matmul_factor_order", "tanh_from_the_input"])
+def test_a_wrong_rule_gets_the_hint_for_that_rule_in_process(edit, rules_case, graphs_case):
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "grad_rules", edit), skip=("demo",))
+    assert HINTS.advice_in_process(outcome) == {"hidden_rules": HINTS.case("hidden_rules", rules_case),
+                                          **{gid: HINTS.case(gid, graphs_case) for gid in GRAPH_TESTS}}, outcome
+
+
+def test_a_walk_that_skips_ops_without_a_rule_gets_its_hint_in_process():
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "gradients", SKIPS_NO_RULE), skip=("demo",))
+    assert HINTS.advice_in_process(outcome) == {"hidden_no_rule": HINTS.written("hidden_no_rule").hint}, outcome
 
 
 def test_source_gradients_match_reference_in_process():

@@ -8,20 +8,26 @@ What is checked, with the grader runs started together once (as in tests/test_gr
 * a ``partition`` that makes one Send/Recv pair per *consumer* instead of per (edge,
   destination device) gets partial marks: the pruning tests pass, every partition test fails;
 * in process: a ``prune`` that walks past fed ops fails exactly the feed-sensitive tests, and
-  the source notebook's functions equal the reference on random placed graphs.
+  the source notebook's functions equal the reference on random placed graphs;
+* every failing test of a wrong solution shows the hint written for that mistake (the test
+  cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
+  process too for a ``prune`` that ignores control inputs and a ``partition`` that drops the
+  pairs of cross-device control edges.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
 )
 
 ASSIGNMENT = "06_partitioning"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "partitioning.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 11.0
 SOLUTION_CELLS = ("prune", "partition")
 PARTITION_TESTS = {"test_partition_example", "hidden_partition", "hidden_control_edges"}
@@ -31,6 +37,9 @@ pytestmark = pytest.mark.timeout(300)
 
 PER_CONSUMER = replacing("key = (edge, dst_device)", "key = (edge, dst_device, len(copies))")
 IGNORES_FEEDS = replacing("        if op.name not in fed:\n", "        if True:\n")
+IGNORES_CONTROL = replacing("            stack.extend(op.control_inputs)\n", "")
+NO_CONTROL_PAIRS = replacing('''        controls = [copies[c] if c.device == op.device else recv_for("^" + c.name, c, op.device, None)
+                    for c in op.control_inputs]''', "        controls = [copies[c] for c in op.control_inputs if c.device == op.device]")
 
 
 @pytest.fixture(scope="module")
@@ -49,18 +58,33 @@ def test_released_notebook_with_solutions_scores_full_marks(runs):
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    HINTS.assert_general_hints(runs["released"])  # nothing is a known mistake yet: every test gets its general hint
     assert_nothing_leaked(runs["released_text"], "def _random_graph", "def recv_for")
 
 
 def test_one_pair_per_consumer_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["per_consumer"], MAX_SCORE, failing=PARTITION_TESTS)
     assert "one per distinct edge and destination device" in tests["test_partition_example"]["hint"]
+    assert "extra [('x:0', 'worker:0 -> worker:1')], missing []" in tests["test_partition_example"]["hint"]
+    HINTS.assert_advised(tests, {gid: HINTS.case(gid, r"sent more than once to the same device") for gid in PARTITION_TESTS})
 
 
 def test_walking_past_feeds_fails_the_feed_sensitive_tests_in_process():
     outcome = run_cells(edit_cell(read_nb(SOURCE), "prune", IGNORES_FEEDS), skip=("demo",))
     assert {gid for gid, error in outcome.items() if error} == FEED_TESTS, outcome
     assert "(h is fed, so x is not needed)" in outcome["test_prune_example"]
+    assert HINTS.advice_in_process(outcome) == {"test_prune_example": HINTS.case("test_prune_example", r"found \{[^}]*'x'"),
+                                          "hidden_prune": HINTS.case("hidden_prune", r"reached only through fed ops")}
+
+
+def test_control_inputs_left_out_get_their_hints_in_process():
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "prune", IGNORES_CONTROL), skip=("demo",))
+    assert HINTS.advice_in_process(outcome) == {
+        "hidden_prune": HINTS.case("hidden_prune", r"reached only through control inputs")}, outcome
+    outcome = run_cells(edit_cell(read_nb(SOURCE), "partition", NO_CONTROL_PAIRS), skip=("demo",))
+    assert "missing [('^a', 'worker:0 -> worker:1'), ('^b', 'worker:0 -> worker:1')]" in outcome["hidden_control_edges"]
+    assert HINTS.advice_in_process(outcome) == {
+        gid: HINTS.case(gid, r"missing \[\('\^") for gid in ("hidden_partition", "hidden_control_edges")}, outcome
 
 
 def test_source_functions_match_the_reference_in_process():

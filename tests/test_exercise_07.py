@@ -8,7 +8,11 @@ What is checked, with the grader runs started together once (as in tests/test_gr
 * in process (cheaper than another sandboxed grading): a kernel that indexes ``x`` as dense
   row-major (``i * d + j``) instead of through its strides, while declaring it
   ``layout="strided"``, fails only the non-contiguous test, with a hint about strides;
-* in process: the source's kernel equals ``x * s[:, None]`` on random shapes and views.
+* in process: the source's kernel equals ``x * s[:, None]`` on random shapes and views;
+* every failing test of a wrong solution gets the hint written for that mistake (the test
+  cell's ``lab`` metadata, chosen by the failure message): in process for the kernel that
+  ignores strides, a kernel that never checks for NaN, a shape function that accepts
+  mismatched sizes, and a gradient for ``s`` that forgets to weight by ``x``.
 """
 from __future__ import annotations
 
@@ -16,8 +20,8 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, edit_cell, grade_assignment,
-    notebook_namespace, read_nb, replacing, run_cells,
+    Hints, ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, edit_cell,
+    grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
 )
 from reference_impl.toolchain import ToolchainError, find_c_compiler
 
@@ -28,6 +32,7 @@ except ToolchainError:
 
 ASSIGNMENT = "07_custom_op"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "custom_op.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 10.0
 SOLUTION_CELLS = ("kernel_source", "op")
 STRIDE_TESTS = {"hidden_non_contiguous"}
@@ -35,6 +40,13 @@ STRIDE_TESTS = {"hidden_non_contiguous"}
 pytestmark = pytest.mark.timeout(300)
 
 NO_STRIDES = replacing("y[i * d + j] = xd[LAB_AT2(x, i, j)] * s[i];", "y[i * d + j] = xd[i * d + j] * s[i];")
+NO_NAN_CHECK = replacing('''        if (s[i] != s[i])
+            return LAB_FAIL("s[%lld] is NaN", (long long)i);
+''', "")
+NO_SHAPE_CHECK = replacing('''    if x is not None and s is not None and None not in (x[0], s[0]) and x[0] != s[0]:
+        raise ShapeError(f"x has {x[0]} rows but s has {s[0]} entries")
+''', "")
+GRAD_S_WITHOUT_X = replacing("G.reduce_sum(g * x, axis=1)", "G.reduce_sum(g, axis=1)")
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +64,7 @@ def test_released_notebook_with_solutions_scores_full_marks(runs):
 def test_released_notebook_scores_zero_without_crashing(runs):
     result = runs["released"]
     assert_unimplemented_scores_zero(result, MAX_SCORE)
+    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
     assert_nothing_leaked(runs["released_text"], "LAB_AT2(x, i, j)", "def grad(op, g)", "x[0] != s[0]")
 
 
@@ -62,6 +75,19 @@ def test_kernel_ignoring_strides_fails_only_the_non_contiguous_test():
     for test_id, error in outcome.items():
         assert (error is not None) == (test_id in STRIDE_TESTS), (test_id, error)
     assert "does the kernel use in[0].strides?" in outcome["hidden_non_contiguous"]
+    assert "reproduce: x = np.arange(" in outcome["hidden_non_contiguous"]
+    assert HINTS.advice_in_process(outcome, whole=True) == {"hidden_non_contiguous": HINTS.written("hidden_non_contiguous").hint}
+
+
+@pytest.mark.parametrize("cell, edit, failing, pattern", [
+    ("kernel_source", NO_NAN_CHECK, "hidden_status", None),
+    ("op", NO_SHAPE_CHECK, "hidden_shapes", None),
+    ("op", GRAD_S_WITHOUT_X, "hidden_gradient", r"row sums of the upstream gradient w alone"),
+], ids=["no_nan_check", "no_shape_check", "grad_s_without_x"])
+def test_other_plausible_mistakes_get_their_hints_in_process(cell, edit, failing, pattern):
+    outcome = run_cells(edit_cell(read_nb(SOURCE), cell, edit), skip=("demo",))
+    hint = HINTS.written(failing)
+    assert HINTS.advice_in_process(outcome, whole=True) == {failing: dict(hint.cases)[pattern] if pattern else hint.hint}, outcome
 
 
 def test_source_kernel_matches_numpy_in_process():

@@ -4,7 +4,11 @@
 * the released notebook with the solution cells filled in from the source scores full marks;
 * pruning by signed value instead of magnitude gets partial marks: the CSR tests pass, the
   pruning tests fail with a hint naming the case;
-* in process: the source's functions agree with ``reference_impl.sparsity`` on random inputs.
+* in process: the source's functions agree with ``reference_impl.sparsity`` on random inputs;
+* every failing test of a wrong solution shows the hint written for that mistake (the test
+  cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
+  process too for a ``k`` truncated instead of rounded, an ``indptr`` without its leading 0,
+  and a ``csr_matvec`` that drops trailing empty rows.
 """
 from __future__ import annotations
 
@@ -12,12 +16,13 @@ import numpy as np
 import pytest
 
 from notebook_tools import (
-    ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing,
+    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
+    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
 )
 
 ASSIGNMENT = "08_sparsity"
 SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "sparsity.ipynb"
+HINTS = Hints(SOURCE)
 MAX_SCORE = 10.0
 SOLUTION_CELLS = ("magnitude_prune", "csr_from_dense", "csr_matvec")
 PRUNE_TESTS = {"test_prune_example", "hidden_prune"}
@@ -25,6 +30,11 @@ PRUNE_TESTS = {"test_prune_example", "hidden_prune"}
 pytestmark = pytest.mark.timeout(300)
 
 SIGNED = replacing("np.argsort(np.abs(flat), kind=\"stable\")", "np.argsort(flat, kind=\"stable\")")
+TRUNCATED_K = replacing("k = int(round(sparsity * w.size))", "k = int(sparsity * w.size)")
+NO_LEADING_ZERO = replacing('''    indptr = np.zeros(a.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=a.shape[0]), out=indptr[1:])''',
+                            "    indptr = np.cumsum(np.bincount(rows, minlength=a.shape[0]))")
+NO_MINLENGTH = replacing("weights=data * x[indices], minlength=rows)", "weights=data * x[indices])")
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +53,27 @@ def test_released_notebook_with_solutions_scores_full_marks(runs):
 
 def test_released_notebook_scores_zero_without_crashing(runs):
     assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
+    HINTS.assert_general_hints(runs["released"])  # nothing is a known mistake yet: every test gets its general hint
     assert_nothing_leaked(runs["released_text"], "_ref_magnitude_mask", "np.bincount(row_of")
 
 
 def test_pruning_by_signed_value_gets_partial_marks(runs):
     tests = assert_partial_marks(runs["signed"], MAX_SCORE, failing=PRUNE_TESTS)
     assert "magnitude_prune(w, 0.7)" in tests["test_prune_example"]["hint"]
+    assert "reproduce: magnitude_prune(np.array([" in tests["hidden_prune"]["hint"]
+    HINTS.assert_advised(tests, {gid: HINTS.case(gid, r"but kept one of magnitude") for gid in PRUNE_TESTS},
+                         whole=True)
+
+
+@pytest.mark.parametrize("cell, edit, expected", [
+    ("magnitude_prune", TRUNCATED_K, {"hidden_prune": r"entries zeroed, \d+ expected"}),
+    ("csr_from_dense", NO_LEADING_ZERO, {"test_csr_example": r"indptr: expected shape",
+                                        "hidden_csr": r"indptr: expected shape"}),
+    ("csr_matvec", NO_MINLENGTH, {"hidden_matvec": r"expected shape .*of them empty"}),
+], ids=["k_truncated", "indptr_without_leading_zero", "trailing_empty_rows_dropped"])
+def test_other_plausible_mistakes_get_their_hints_in_process(cell, edit, expected):
+    outcome = run_cells(edit_cell(read_nb(SOURCE), cell, edit), skip=("demo",))
+    assert HINTS.advice_in_process(outcome, whole=True) == {gid: HINTS.case(gid, pattern) for gid, pattern in expected.items()}, outcome
 
 
 def test_source_functions_match_reference_in_process():

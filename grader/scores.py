@@ -12,6 +12,7 @@ of being silently overwritten.
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -47,7 +48,16 @@ def read_scores(feedback_dir: Path) -> dict[str, dict[str, Any]]:
 def record_result(feedback_dir: Path, result: GradingResult, *, when: float | None = None) -> Path:
     """Store ``result`` as the latest of its assignment, and as its best if it completed with a
     higher score than any before; returns the score book's path."""
-    book = read_scores(feedback_dir)
+    path = scores_path(feedback_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / ".scores.lock", "a") as lock:  # two checks at once must not lose a score
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _record(path, result, when)
+
+
+def _record(path: Path, result: GradingResult, when: float | None) -> Path:
+    """``record_result``'s read, update and atomic replace of the book, under its lock."""
+    book = read_scores(path.parent)
     previous = book.get(result.assignment, {})
     latest = {
         "notebook": str(Path(result.notebook).resolve()),
@@ -62,8 +72,6 @@ def record_result(feedback_dir: Path, result: GradingResult, *, when: float | No
     if result.completed and (best is None or result.score > best["score"]):
         best = {k: latest[k] for k in ("score", "max_score", "passed", "tests", "checked_at", "notebook")}
     book[result.assignment] = latest | ({"best": best} if best else {})
-    path = scores_path(feedback_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".scores-", suffix=".json")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(book, f, indent=2, sort_keys=True)

@@ -151,6 +151,17 @@ def test_list_shows_best_and_latest_of_every_assignment(tmp_path):
     assert f"2 of {len(rows)} assignments checked; best scores add up to 3/7 points" in text
 
 
+def test_checks_finishing_together_lose_no_score(tmp_path):
+    """Each check reads, updates and replaces the book; two at once must not drop either entry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [f"{i:02d}_a" for i in range(24)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: record_result(tmp_path, GradingResult(n, "a.ipynb", tests=[TestResult("t", 1, 1, True)])),
+                      names))
+    assert sorted(read_scores(tmp_path)) == names
+
+
 def test_a_corrupt_score_book_is_reported_not_overwritten(tiny_course, tmp_path):
     (tmp_path / "scores.json").write_text("{not json")
     run = start("list", "--feedback-dir", str(tmp_path), cwd=tmp_path, course=tiny_course).wait()

@@ -71,6 +71,7 @@ STUDENT = "learner"
 DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy", "strict": "array_api_strict"}
 DEFAULT_TIMEOUT = 120.0  # a whole check, per device: a hang costs minutes, not ten
 HINT_LIMIT = 400
+BROKEN_CELL = ": fix that cell first (at the top of this report)"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -214,8 +215,9 @@ def grade(notebook: Path, *, course: Course, feedback_dir: Path | None, devices:
     deadline = time.monotonic() + budget
     runs = []
     for device in devices:
-        if runs and (not runs[-1].completed or time.monotonic() >= deadline - 1):
-            break  # the budget is spent, or a run stopped: another device would not change the verdict
+        if runs and (not runs[-1].completed or not any(t.passed for t in runs[-1].tests)
+                     or time.monotonic() >= deadline - 1):
+            break  # the budget is spent, a run stopped, or nothing passed: another device changes no verdict
         if progress is not None and len(devices) > 1:
             progress({"device": f"{device} ({DEVICE_LIBRARIES.get(device, device)})"})
         runs.append(check_notebook(notebook, course=course, device=device, assignment_name=assignment.name,
@@ -293,8 +295,7 @@ def _explain_broken_cells(result: GradingResult, content: dict[str, Any], unpars
         cell = defined.get(match.group(1)) if match else None
         if cell in broken:
             kind = broken[cell].split(":", 1)[0]
-            test.hint = (f"{match.group(1)} is not defined because cell {cell} failed with {kind}: "
-                         "fix that cell first (at the top of this report)")
+            test.hint = f"{match.group(1)} is not defined because cell {cell} failed with {kind}{BROKEN_CELL}"
 
 
 def _concept_link(assignment: Assignment, nb_name: str) -> str | None:
@@ -308,8 +309,9 @@ def _add_written_hints(tests: list[TestResult], written: dict[str, WrittenHint])
     """Give every failed test the instructor's hint for its failure and the link to read."""
     for test in tests:
         hint = written.get(test.id)
-        if test.passed or hint is None or (test.hint or "").startswith(("not run", "not graded")):
-            continue  # a test that did not run has no mistake to hint at
+        if test.passed or hint is None or (test.hint or "").startswith(("not run", "not graded")) or (
+                BROKEN_CELL in (test.hint or "")):
+            continue  # a test that did not run, or failed for a broken cell, has no mistake of its own
         test.advice = hint.advice(test.hint)
         test.read = site_link(hint.read)
 

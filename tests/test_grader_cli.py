@@ -324,6 +324,7 @@ def test_a_syntax_error_is_reported_first_with_the_learners_line(tiny_course, tm
     # the tests do not each repeat a bare NameError: they point at the cell to fix
     assert "name 'add' is not defined" not in run.stdout
     assert run.stdout.count("add is not defined because cell solution failed with SyntaxError") == 2
+    assert "hint: mul multiplies" not in run.stdout  # no hint for a mistake the test never got to see
 
 
 def test_a_hang_stops_the_run_within_its_cell_limit_and_progress_streams(tiny_course, tmp_path):

@@ -114,9 +114,12 @@ def render_page(title: str, records: list[dict[str, Any]]) -> str:
         possible = sum(r["max_score"] for r in records)
         body.append(f'<p class="score">Total: {total:g} / {possible:g} points over {len(records)} submissions</p>')
     for r in records:
-        heading = r.get("assignment") or "(assignment not recognised)"
-        if r.get("submission"):
-            heading += f": {r['submission']}"
+        if len(records) == 1 and r.get("notebook"):  # the title names the assignment already
+            heading = r["notebook"]
+        else:
+            heading = r.get("assignment") or "(assignment not recognised)"
+            if r.get("submission"):
+                heading += f": {r['submission']}"
         body.append(_record(r, heading))
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

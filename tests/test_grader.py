@@ -244,6 +244,9 @@ def _bad_input(tmp_path: Path, notebook: Path) -> subprocess.CompletedProcess:
          "unknown assignment '99_nope'"),
         ("mystery.ipynb", json.dumps({"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {}}),
          "name it with --assignment"),
+        # 05's notebook saved under 01's file name: its metadata says which it is
+        ("ring_allreduce.ipynb", (COURSE / "source/05_autodiff/autodiff.ipynb").read_text(encoding="utf-8"),
+         "this notebook is 05_autodiff, not 01_ring_allreduce as its file name says"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, name, content, expected):

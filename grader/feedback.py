@@ -28,7 +28,7 @@ _STYLE = """
 --fail:#f85149;--note:#3b2e00;--card:#151b23}}
 *{box-sizing:border-box}
 body{font:16px/1.5 system-ui,-apple-system,"Segoe UI","Noto Sans","Noto Sans CJK SC",sans-serif;color:var(--fg);
-background:var(--bg);max-width:52rem;margin:0 auto;padding:1rem}
+background:var(--bg);max-width:52rem;margin:0 auto;padding:1rem;overflow-wrap:anywhere}
 h1{font-size:1.5rem;margin:.5rem 0}h2{font-size:1.2rem;margin:1.5rem 0 .5rem}
 .score{font-size:1.25rem;font-weight:600}
 .test{border:1px solid var(--line);border-left:.35rem solid var(--line);border-radius:.4rem;padding:.5rem .75rem;
@@ -41,7 +41,7 @@ pre,code{font-family:ui-monospace,"SFMono-Regular",Menlo,Consolas,monospace;font
 pre{white-space:pre-wrap;overflow-wrap:anywhere;margin:.4rem 0;padding:.4rem .5rem;border-radius:.3rem;
 background:var(--bg);border:1px solid var(--line)}
 .hint{margin:.4rem 0}.note{background:var(--note);padding:.5rem .75rem;border-radius:.3rem;margin:.5rem 0}
-a{color:inherit}math{font-size:1.05em}
+a{color:inherit;word-break:break-all}math{font-size:1.05em;max-width:100%;overflow-x:auto}
 """
 _MATH = re.compile(r"\$([^$\n]+)\$")
 

@@ -182,7 +182,9 @@ def test_feedback_page_on_a_phone_is_offline_and_shows_no_internals(lab, graded)
             page.route("**/*", route)
             page.goto(page_path.as_uri(), wait_until="load")
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-            assert overflow <= 0, f"the page scrolls sideways by {overflow} px on a phone"
+            wide = page.evaluate("[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect()"
+                                 ".right > window.innerWidth + 1).slice(0, 3).map(e => e.outerHTML.slice(0, 300))")
+            assert overflow <= 0, f"the page scrolls sideways by {overflow} px on a phone: {wide}"
             sizes = page.eval_on_selector_all(".hint, pre", "els => els.map(e => parseFloat(getComputedStyle(e).fontSize))")
             assert sizes and min(sizes) >= 13, sizes
             page.screenshot(path=str(ARTIFACTS / "feedback-phone.png"), full_page=True)

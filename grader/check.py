@@ -216,8 +216,9 @@ def grade(notebook: Path, *, course: Course, feedback_dir: Path | None, devices:
     runs = []
     for device in devices:
         if runs and (not runs[-1].completed or not any(t.passed for t in runs[-1].tests)
+                     or any((t.hint or "").startswith("not run") for t in runs[-1].tests)
                      or time.monotonic() >= deadline - 1):
-            break  # the budget is spent, a run stopped, or nothing passed: another device changes no verdict
+            break  # the budget is spent, a cell stopped the run, or nothing passed: no verdict would change
         if progress is not None and len(devices) > 1:
             progress({"device": f"{device} ({DEVICE_LIBRARIES.get(device, device)})"})
         runs.append(check_notebook(notebook, course=course, device=device, assignment_name=assignment.name,

@@ -194,6 +194,7 @@ def test_hanging_cell_is_stopped_by_the_cell_limit(runs):
 
     table = render_table(GradingResult(ASSIGNMENT, "nb.ipynb", tests=[TestResult(**t) for t in result["tests"]]))
     assert " ".join(table.split()).count("which stopped the run") == 1, table  # once for all of them
+    assert result["isolation"]["device"] == "cpu (NumPy)"  # a stopped run is not run again on strict
     assert run.seconds < 60
 
 

@@ -310,7 +310,7 @@ def _add_written_hints(tests: list[TestResult], written: dict[str, WrittenHint])
     """Give every failed test the instructor's hint for its failure and the link to read."""
     for test in tests:
         hint = written.get(test.id)
-        if test.passed or hint is None or (test.hint or "").startswith(("not run", "not graded")) or (
+        if test.passed or hint is None or (test.hint or "").startswith(("not run", "not graded", "no credit")) or (
                 BROKEN_CELL in (test.hint or "")):
             continue  # a test that did not run, or failed for a broken cell, has no mistake of its own
         test.advice = hint.advice(test.hint)

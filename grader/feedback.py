@@ -94,7 +94,7 @@ def _record(r: dict[str, Any], heading: str) -> str:
         parts.append(f'<p class="note">Fix first: cell <code>{html.escape(e["cell"])}</code>: '
                      f"{html.escape(e['error'])}{at}</p>")
     for test, names in list(r.get("threads", {}).items())[:1]:
-        parts.append(f'<p class="note">Threads your code started were still running after test '
+        parts.append(f'<p class="note">Threads your code started were still running at test '
                      f"<code>{html.escape(test)}</code>: {html.escape(names)}. They take CPU from every test "
                      "after it: end them, or join them before returning.</p>")
     if r.get("tampered"):

@@ -147,6 +147,8 @@ def read_verdicts(notebook: dict[str, Any], token: str) -> tuple[dict[str, bool]
                     refused[test] = line[len(f"{MARK} refused: "):].strip()
                 elif line.startswith(f"{MARK} threads: "):
                     threads[test] = line[len(f"{MARK} threads: "):].strip()
+                elif line.startswith(f"{MARK} spinning: "):
+                    threads[test] = threads.get(test, "") + ", keeping a CPU busy"
                 else:
                     kept.append(line)
             output["text"] = "".join(kept)
@@ -393,6 +395,8 @@ def begin(test: str, learner: tuple[str, ...], helpers: dict[str, str], namespac
     reason = tampering(namespace, helpers)
     if reason:
         _refuse(test, reason)
+    if _report_threads():  # left by an earlier cell that failed before ``end`` could look
+        _refuse(test, "threads your code left running keep a CPU busy; this test would only run slowly")
     _watch = _CallWatch(sys._getframe(1).f_code.co_filename, learner)
     _watch.install(_reference_namespaces(namespace))
 
@@ -426,16 +430,28 @@ def end(test: str, token: str, namespace: dict[str, Any] | None = None) -> None:
         name = delegated[0]
         _refuse(test, f"{watch.by_learner[name]} calls {name}, the reference implementation "
                       "this test compares it with: no credit")
-    left = running_threads()
-    if left:
-        shown = ", ".join(left[:5]) + (f" and {len(left) - 5} more" if len(left) > 5 else "")
-        print(f"{MARK} threads: {len(left)} ({shown})", flush=True)
+    _report_threads()
     print(f"{MARK} {token} {test} ok", flush=True)
 
 
-def running_threads() -> list[str]:
-    """Names of the live threads running code of the notebook or of ``reference_impl`` (a rank
-    the learner's code left blocked, a loop it started): after a test they only compete with
+def _report_threads() -> bool:
+    """Print the guard's line naming the notebook's threads still running, and a second line if
+    they keep a CPU busy (``grader.steps`` then stops the run after this cell); whether they do."""
+    left = running_threads()
+    if not left:
+        return False
+    names = [t.name for t in left]
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    print(f"{MARK} threads: {len(names)} ({shown})", flush=True)
+    busy = busy_threads(left)
+    if busy:
+        print(f"{MARK} spinning: {shown}", flush=True)
+    return busy
+
+
+def running_threads() -> list[Any]:
+    """The live threads running code of the notebook or of ``reference_impl`` (a rank the
+    learner's code left blocked, a loop it started): after a test they can only compete with
     every later test for the CPU. Threads of Python, IPython and other packages are not counted."""
     import threading
 
@@ -447,5 +463,30 @@ def running_threads() -> list[str]:
         code = getattr(getattr(run, "__func__", run), "__code__", None)
         if isinstance(code, types.CodeType) and not _real_file(code).startswith(
                 ("<frozen ", GRADER_DIR) + INSTALLED):
-            found.append(thread.name)
+            found.append(thread)
     return found
+
+
+BUSY_SAMPLE_S = 0.1  # how long the guard watches left-over threads for CPU use
+
+
+def busy_threads(threads: list[Any]) -> bool:
+    """Whether any of ``threads`` keeps a CPU busy: over ``BUSY_SAMPLE_S`` they used at least half
+    of it (Linux: the threads' own CPU times in /proc). An idle thread (blocked on a queue or a
+    receive) is only reported; a spinning one would slow every later test, so the run stops."""
+    import time
+
+    def cpu_ticks() -> int:
+        total = 0
+        for thread in threads:
+            try:
+                fields = Path(f"/proc/self/task/{thread.native_id}/stat").read_text().rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+            except (OSError, IndexError, ValueError, TypeError):
+                continue
+        return total
+
+    before = cpu_ticks()
+    time.sleep(BUSY_SAMPLE_S)
+    used_s = (cpu_ticks() - before) / os.sysconf("SC_CLK_TCK")
+    return used_s >= BUSY_SAMPLE_S / 2

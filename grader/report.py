@@ -158,7 +158,7 @@ def render_table(result: GradingResult, *, verbose: bool = False) -> str:
         notes.append(f"grading did not complete: {result.error}")
     if result.threads:
         test, names = next(iter(result.threads.items()))
-        notes.append(f"threads your code started were still running after test {test}: {names}; they take "
+        notes.append(f"threads your code started were still running at test {test}: {names}; they take "
                      "CPU from every test after it (end them, or join them before returning)")
     if result.tampered:
         notes.append(

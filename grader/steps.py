@@ -143,7 +143,9 @@ def _stop_at_first_timeout() -> None:
 
     The first cell that runs past its time limit also ends the run: its kernel is killed (so
     threads it left spinning cannot slow the tests after it) and every later cell is marked
-    "not run because cell X timed out", instead of each running into the limit in turn. A
+    "not run because cell X timed out", instead of each running into the limit in turn. So
+    does a test after which the guard saw the notebook's threads keep a CPU busy
+    (``guard.busy_threads``): each later test would otherwise run slower and slower. A
     cell still running ``KILL_GRACE_S`` after its limit (it ignored the interrupt) is handled
     the same way. Each finished cell is reported to ``_progress``.
     """
@@ -154,7 +156,13 @@ def _stop_at_first_timeout() -> None:
     from nbformat.notebooknode import NotebookNode
     from nbgrader.preprocessors.execute import Execute
 
+    from grader.guard import MARK
+
     original = Execute.preprocess_cell
+
+    def _text(output: Any) -> str:
+        text = output.get("text", "") if output.get("output_type") == "stream" else ""
+        return "".join(text) if isinstance(text, list) else str(text)
 
     def error(value: str, name: str = "DeadKernelError") -> NotebookNode:
         return NotebookNode(output_type="error", ename=name, evalue=value, traceback=[f"{name}: {value}"])
@@ -178,6 +186,10 @@ def _stop_at_first_timeout() -> None:
             if any(o.get("ename") == "CellTimeoutError" for o in cell.get("outputs", [])):
                 kill_kernel(self)
                 self._lab_stopped = f"not run: cell {name} ran past the {limit} s limit, which stopped the run"
+            elif any(f"{MARK} spinning: " in _text(o) for o in cell.get("outputs", [])):
+                kill_kernel(self)  # the threads die with it: they cannot slow the tests after this one
+                self._lab_stopped = (f"not run: threads your code left running after {name} kept a CPU busy, "
+                                     "which stopped the run")
             return cell, resources
         except DeadKernelError:
             self._lab_stopped = "not run: the kernel died in an earlier cell"

@@ -345,16 +345,35 @@ def test_a_hang_stops_the_run_within_its_cell_limit_and_progress_streams(tiny_co
     assert " ".join(out.split()).count("which stopped the run") == 1
 
 
-def test_threads_left_running_are_reported(tiny_course, tmp_path):
-    """A solution that leaves a thread spinning slows every later test: the report names it."""
-    nb = edit_cell(tiny_notebook(), "solution", lambda s: "import threading\n\ndef _spin():\n    while True:\n"
-                   "        pass\n\nthreading.Thread(target=_spin, name='spinner', daemon=True).start()\n\n" + s)
-    spinning = write_nb(tmp_path / "tiny.ipynb", nb)
+def with_thread(body: str, name: str) -> dict:
+    """The tiny notebook whose solution cell first starts a daemon thread running ``body``."""
+    return edit_cell(tiny_notebook(), "solution", lambda s: f"import threading, time\n\ndef _run():\n    {body}\n\n"
+                     f"threading.Thread(target=_run, name={name!r}, daemon=True).start()\n\n" + s)
+
+
+def test_an_idle_thread_left_running_is_reported(tiny_course, tmp_path):
+    """A thread that waits costs the tests nothing: the run goes on, and the report names it."""
+    idle = write_nb(tmp_path / "tiny.ipynb", with_thread("threading.Event().wait()", "waiter"))
+    result = start("check", str(idle), "--json", "--feedback-dir", "fb", cwd=tmp_path,
+                   course=tiny_course).wait().result()
+    assert result["score"] == 6
+    assert result["threads"] == {t["id"]: "1 (waiter)" for t in result["tests"]}
+    assert "waiter" in Path(result["feedback_html"]).read_text(encoding="utf-8")
+
+
+def test_a_spinning_thread_left_running_stops_the_run(tiny_course, tmp_path):
+    """A thread that keeps a CPU busy would slow every later test more and more: the first test
+    that sees it is refused and the run stops there, naming the thread."""
+    spinning = write_nb(tmp_path / "tiny.ipynb", with_thread("while True: pass", "spinner"))
+    began = time.monotonic()
     result = start("check", str(spinning), "--json", "--feedback-dir", "fb", cwd=tmp_path,
                    course=tiny_course).wait().result()
-    assert result["score"] == 6  # still right, only slower
-    assert result["threads"] == {t["id"]: "1 (spinner)" for t in result["tests"]}
-    assert "spinner" in Path(result["feedback_html"]).read_text(encoding="utf-8")
+    assert time.monotonic() - began < 60
+    tests = {t["id"]: t for t in result["tests"]}
+    assert result["score"] == 0 and "keep a CPU busy" in tests["test_add_visible"]["hint"]
+    assert all(tests[t]["hint"] == "not run: threads your code left running after test_add_visible kept a CPU "
+               "busy, which stopped the run" for t in ("hidden_add", "hidden_mul"))
+    assert result["threads"] == {"test_add_visible": "1 (spinner), keeping a CPU busy"}
 
 
 def test_assignment_option_names_a_notebook_without_metadata(tiny_course, tmp_path):

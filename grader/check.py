@@ -118,6 +118,7 @@ def check_notebook(
             source.write_text(json.dumps(instrument(json.loads(source.read_text(encoding="utf-8")), TOKEN_SLOT)),
                               encoding="utf-8")
         record_file = scratch / "steps.json"
+        shown_limit = cell_timeout or course.cell_timeout()  # the limit in force, for the messages
         argv = [
             sys.executable, "-m", "grader.steps", str(root),
             "--assignment", assignment.name, "--student", STUDENT,
@@ -139,7 +140,7 @@ def check_notebook(
         child = run_limited(argv, cwd=root, env=env,
                             timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, network_off=network_off,
                             kernel_uid=kernel.uid, poll=_follow(Path(env["LAB_PROGRESS"]), progress))
-        result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, cell_timeout)
+        result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, shown_limit)
         result.isolation["device"] = f"{device} ({DEVICE_LIBRARIES[device]})"
         record = _read_record(record_file)
         done = set(record.get("completed", []))
@@ -152,11 +153,11 @@ def check_notebook(
         if grades is not None:
             guard = record.get("guard", {}).get(stem, {})
             lines = guard.get("lines", {})
-            result.tests = _tests_from_grades(grades, planned, outputs, cell_timeout, guard)
+            result.tests = _tests_from_grades(grades, planned, outputs, shown_limit, guard)
             for test in result.tests:
                 test.seconds = seconds.get(test.id)
                 test.line = lines.get(test.id)
-            result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, cell_timeout, lines)
+            result.cell_errors = _other_cell_errors(autograded, {g["id"] for g in grades}, shown_limit, lines)
             result.threads = guard.get("threads", {})
         else:
             result.tests = [TestResult(t, 0.0, points, False, None) for t, points in planned]

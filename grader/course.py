@@ -69,6 +69,14 @@ class Course:
             )
         return cls(root)
 
+    def cell_timeout(self) -> int | None:
+        """The per-cell time limit the course's ``nbgrader_config.py`` sets, in seconds (None if unset)."""
+        import re
+
+        text = (self.root / CONFIG_FILE).read_text(encoding="utf-8")
+        match = re.search(r"^c\.ExecutePreprocessor\.timeout\s*=\s*(\d+)", text, re.MULTILINE)
+        return int(match.group(1)) if match else None
+
     @property
     def assignments(self) -> list[Assignment]:
         """Every ``source/<name>/`` folder holding at least one notebook, sorted by name."""

@@ -391,7 +391,8 @@ def test_assignment_option_names_a_notebook_without_metadata(tiny_course, tmp_pa
 def test_verbose_shows_the_sandbox(tiny_course, tmp_path):
     notebook = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())
     run = start("check", str(notebook), "--verbose", "--feedback-dir", "fb", cwd=tmp_path, course=tiny_course)
-    assert "Sandbox: wall clock: 120 s" in run.wait().ok().stdout
+    out = run.wait().ok().stdout
+    assert "Sandbox: wall clock: 120 s" in out and "per cell: 60 s" in out  # the course's limit, by value
 
 
 def test_every_option_has_help_with_its_default_and_the_exit_codes():

@@ -59,7 +59,7 @@ def _sweep_figure(data: dict[str, Any], batch: str, machine: str) -> bytes:
     unrolled = sw.get("unrolled_seconds", {}).get(batch, {})
     if unrolled:
         pts = sorted((int(nnz) / (k * n) * 100, t * 1e6) for nnz, t in unrolled.items())
-        ax.plot(*zip(*pts), marker="*", ms=8, color="C6", ls="-", label="JIT: unrolled, weights as immediates")
+        ax.plot(*zip(*pts), marker="*", ms=8, color="C6", ls="-", label="JIT: unrolled, weights as literals")
     bw, peak = roof["read_gb_s"] * 1e9, roof["gemm_gflop_s"] * 1e9
     ax.axhline(4 * k * n / bw * 1e6, color="0.4", lw=0.8, ls="--", label="read dense W from DRAM at measured bandwidth (a 4 MiB W may stay in cache)")
     floor = [max(d * k * n * 6 / bw, 2 * d * k * n * b / peak) * 1e6 for d in dens]
@@ -184,7 +184,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
                                                              for b in sw["crossover_density"]) + " |")
     unr = sw.get("unrolled_time_ratio_to_dense", {})
     if unr:
-        lines += ["", "Unrolled kernels (weights as immediates), time as a fraction of dense BLAS: " + "; ".join(
+        lines += ["", "Unrolled kernels (weights as literals), time as a fraction of dense BLAS: " + "; ".join(
             f"batch {b}: " + ", ".join(f"{nnz} non-zeros {r:.2f}×" for nnz, r in v.items()) for b, v in unr.items())
             + "."]
     lines += ["", f"Roofline of this machine: read bandwidth {roof['read_gb_s']:.1f} GB/s, "

@@ -17,7 +17,7 @@ the file, and the median round is the headline.
 * ``sweep``: ``x @ W`` for a 1024×1024 ``W`` at densities 1–100 %, batch 1 and 64: dense BLAS
   (NumPy's ``@``), our NumPy CSR kernel, our NumPy BSR kernel on a 4×4-block-pruned ``W`` of
   the same density (structured vs unstructured), SciPy's CSR kernel, and the JIT's sparse kernels
-  (CSR with inlined arrays and the 16-bit-mask form at every density; unrolled code with the weights as immediates
+  (CSR with inlined arrays and the 16-bit-mask form at every density; unrolled code with the weights as literals
   where the non-zeros are few enough to compile quickly); the crossover density of each
   against dense BLAS;
 * ``compile``: code-generation + compile time and library size against the number of non-zeros;

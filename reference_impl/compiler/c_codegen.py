@@ -16,7 +16,8 @@ three forms (``matmul_format``; ``"auto"`` picks by density and size, see ``choo
   here, not per call: when N is a multiple of ``PANEL``, as N/PANEL panels of K×PANEL, each
   contiguous, so that the loop keeps PANEL sums in registers while it streams one panel;
   otherwise row-major K×N, with the loop adding ``x[k] * W[k, :]`` to the output row;
-* ``unrolled``: one C statement per output, each non-zero weight an immediate operand:
+* ``unrolled``: one C statement per output, each non-zero weight a literal (the C compiler
+  keeps the literals in a read-only constant pool and loads them: x86-64 has no float immediates):
   ``y[3] = x[0]*0.25f + x[17]*-1.5f + ...``; no index arrays are read, the zeros cost nothing;
 * ``csr``: the non-zeros of ``Wᵀ`` as inlined ``static const`` value/index arrays (compressed
   sparse rows, one row per output), for matrices whose unrolled code would be too big to
@@ -321,7 +322,7 @@ class _Emitter:
             B.append(f"            for (; p < end; p++) a0 += {w}_val[p] * xr[{w}_idx[p]];")
             B.append("            yr[j] = (a0 + a1) + (a2 + a3);")
             B.append("        }")
-        else:  # unrolled: every non-zero weight is an immediate in the instruction stream
+        else:  # unrolled: every non-zero weight is a literal in the code, no index array
             for c0 in range(0, ncols, UNROLL_CHUNK):
                 fn = [f"static void {w}_{c0}(const float *restrict xr, float *restrict yr) {{"]
                 for j in range(c0, min(ncols, c0 + UNROLL_CHUNK)):

@@ -6,7 +6,7 @@ produces now, so the page always shows the code this compiler really emits.
 
 The model: ``relu(x @ W1 + b1) @ W2`` with a dense 4×3 ``W1`` and a pruned 3×2 ``W2`` (half its
 weights zero), so one listing shows a pre-packed dense loop, a fused bias+ReLU loop and an
-unrolled sparse layer whose weights are immediates.
+unrolled sparse layer whose weights are literals in the code.
 """
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from reference_impl.graph import Graph, GraphError, Session, dead_node_removal
-
-from .rewrite import copy_op
+from reference_impl.graph.rewrite import copy_op
 
 #: ops that change a session's state; a frozen (inference) graph must not need them.
 _STATE_CHANGING = ("Assign", "AssignAdd", "AssignSub")

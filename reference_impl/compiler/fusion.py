@@ -21,8 +21,7 @@ from typing import Any
 
 from reference_impl.graph import REGISTRY, Graph, Operation, Tensor, register
 from reference_impl.graph.registry import broadcast_shapes
-
-from .rewrite import consumers, copy_op
+from reference_impl.graph.rewrite import consumers, copy_op
 
 #: elementwise op type -> (NumPy expression, C expression for float); {0}, {1} are the operands.
 ELEMENTWISE: dict[str, tuple[str, str]] = {

@@ -19,8 +19,7 @@ from typing import Iterable
 import numpy as np
 
 from reference_impl.graph import Graph, Operation, Tensor
-
-from .rewrite import copy_op
+from reference_impl.graph.rewrite import copy_op
 
 
 def _is_const(t: Tensor, value: float) -> bool:

@@ -2,8 +2,10 @@
 
 ``core`` (the IR), ``registry`` (one entry per op), ``ops`` (the front end and every op, one
 module per op family: ``dispatch``, ``state``, ``array``, ``math``, ``nn``),
-``gradients`` (symbolic reverse mode), ``graphdef`` (JSON GraphDef), ``passes`` (pruning,
-CSE, constant folding), ``session`` (the executor), ``eager`` (dynamic graphs with a tape),
+``gradients`` (symbolic reverse mode), ``graphdef`` (JSON GraphDef), ``rewrite`` (copying
+ops into a new graph: what every pass is built from), ``passes`` (dead-node removal, CSE,
+constant folding), ``executor`` (the one executor: a ready queue over the graph's ops, with
+Send/Recv hooks), ``session`` (the static-graph ``Session``), ``eager`` (dynamic graphs with a tape),
 ``placement`` (device strings, colocation, the placer), ``partition`` (pruning and cutting a
 placed graph into per-device graphs joined by ``_Send``/``_Recv``), ``draw`` (graphs and
 partitions as SVG).
@@ -11,6 +13,7 @@ partitions as SVG).
 from .core import Graph, GraphError, Operation, Tensor, get_default_graph, reset_default_graph
 from .eager import EagerTensor, GradientTape, eager_mode, executing_eagerly
 from .eager import Variable as EagerVariable
+from .executor import execute
 from .gradients import gradients
 from .graphdef import as_graph_def, from_json, import_graph_def, to_json
 from .ops import (Variable, add, assign, assign_add, assign_sub, concat, constant, div, exp, gather,

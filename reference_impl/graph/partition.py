@@ -26,9 +26,9 @@ from typing import Iterable
 import numpy as np
 
 from .core import Graph, GraphError, Operation, Tensor
-from .passes import _copy_op
 from .placement import DeviceSpec
 from .registry import register
+from .rewrite import copy_op
 
 CONTROL_DTYPE = "float32"  # the dummy value a control Send carries
 
@@ -70,10 +70,10 @@ def prune(graph: Graph, fetches: Iterable[str], targets: Iterable[str] = (),
     for op in graph.operations:
         if op in needed:
             if op.name in fed:
-                _copy_op(new, op, tmap, omap, inputs=[])
+                copy_op(new, op, tmap, omap, inputs=[])
                 new.operations[-1].control_inputs = []
             else:
-                _copy_op(new, op, tmap, omap)
+                copy_op(new, op, tmap, omap)
     return new
 
 

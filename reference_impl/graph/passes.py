@@ -1,8 +1,8 @@
 """Graph optimisation passes, each a function ``Graph -> Graph`` that leaves its input alone.
 
 * ``dead_node_removal`` (pruning, DCE): keep only the ops the ``keep`` ops need, following
-  data and control edges backwards.  ``Session`` runs it first, which is why an unfed
-  placeholder that no fetch needs is harmless.
+  data and control edges backwards (``partition.prune``, which a distributed step runs too).
+  ``Session`` runs it first, which is why an unfed placeholder that no fetch needs is harmless.
 * ``common_subexpression_elimination``: two ops of the same type, attributes and inputs
   compute the same value, so the later one is dropped and its users read the earlier one.
   (Not the same thing as pruning: CSE removes *duplicates* of needed work, pruning removes
@@ -10,8 +10,9 @@
 * ``constant_folding``: an op whose inputs are all constants is run once, now, and replaced
   by a ``Const`` holding its result.
 
-Stateful ops (placeholders, variables, assignments, NoOps) are never merged or folded, and
-an op whose name is in ``keep`` is never dropped or renamed, so fetches stay valid.
+Each builds a new graph with ``rewrite.copy_op``.  Stateful ops (placeholders, variables,
+assignments, NoOps) are never merged or folded, and an op whose name is in ``keep`` is never
+dropped or renamed, so fetches stay valid.
 """
 from __future__ import annotations
 
@@ -19,38 +20,19 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from .core import Graph, Operation, Tensor
+from .core import Graph, Operation
+from .partition import prune
 from .registry import get_op_def
-
-
-def _copy_op(new: Graph, op: Operation, tmap: dict[Tensor, Tensor], omap: dict[Operation, Operation],
-             attrs: dict | None = None, type: str | None = None, inputs: list | None = None) -> Operation:
-    n = new.add_operation(type or op.type, [tmap[t] for t in op.inputs] if inputs is None else inputs,
-                          op.attrs if attrs is None else attrs,
-                          [(t.shape, t.dtype) for t in op.outputs], name=op.name,
-                          control_inputs=[omap[c] for c in op.control_inputs if c in omap])
-    n.device, n.colocation = op.device, op.colocation
-    omap[op] = n
-    for a, b in zip(op.outputs, n.outputs):
-        tmap[a] = b
-    return n
+from .rewrite import copy_op
 
 
 def dead_node_removal(graph: Graph, keep: Iterable[str]) -> Graph:
-    """A copy holding only the ops named in ``keep`` and everything they depend on."""
-    needed: set[Operation] = set()
-    stack = [graph.get_operation_by_name(n) for n in keep]
-    while stack:
-        op = stack.pop()
-        if op not in needed:
-            needed.add(op)
-            stack.extend(t.op for t in op.inputs)
-            stack.extend(op.control_inputs)
-    new, tmap, omap = Graph(), {}, {}
-    for op in graph.operations:
-        if op in needed:
-            _copy_op(new, op, tmap, omap)
-    return new
+    """A copy holding only the ops named in ``keep`` and everything they depend on.
+
+    This is ``partition.prune`` with nothing fed (the walk backwards from the kept ops along
+    data and control edges), under the signature every pass has.
+    """
+    return prune(graph, keep)
 
 
 def _freeze(v: Any) -> Any:
@@ -77,7 +59,7 @@ def common_subexpression_elimination(graph: Graph, keep: Iterable[str] = ()) -> 
             for a, b in zip(op.outputs, first.outputs):
                 tmap[a] = b
             continue
-        n = _copy_op(new, op, tmap, omap)
+        n = copy_op(new, op, tmap, omap)
         if not get_op_def(op.type).stateful:
             seen.setdefault(key, n)
     return new
@@ -96,9 +78,9 @@ def constant_folding(graph: Graph, keep: Iterable[str] = ()) -> Graph:
                 and all(t.op.type == "Const" for t in new_inputs)):
             value = np.asarray(opdef.kernel([t.op.attrs["value"] for t in new_inputs], op.attrs, {}),
                                dtype=op.outputs[0].dtype)
-            _copy_op(new, op, tmap, omap, attrs={"value": value}, type="Const", inputs=[])
+            copy_op(new, op, tmap, omap, attrs={"value": value}, type="Const", inputs=[])
         else:
-            _copy_op(new, op, tmap, omap)
+            copy_op(new, op, tmap, omap)
     return new
 
 

@@ -27,7 +27,7 @@ import re
 from dataclasses import dataclass
 
 from .core import Graph, GraphError, Operation
-from .passes import _copy_op
+from .rewrite import copy_op
 
 REF_UPDATES = ("Assign", "AssignAdd", "AssignSub")
 _PART = re.compile(r"^(job|replica|task|device):(.+)$")
@@ -140,6 +140,6 @@ def place(graph: Graph, default_device: str = "/job:worker/task:0") -> Graph:
         if rep not in chosen:
             inputs = [omap[t.op].device for t in op.inputs]
             chosen[rep] = (inputs[0] if inputs else default_device, op)
-        n = _copy_op(new, op, tmap, omap)
+        n = copy_op(new, op, tmap, omap)
         n.device = chosen[rep][0]
     return new

@@ -12,7 +12,13 @@ Adding an op is one ``register`` call with three functions:
   differentiable but its result is constant almost everywhere (comparisons), so inputs get
   no gradient.
 
-Graph mode, eager mode, the passes and the gradient builder all read this one table.
+Two flags say what else the runtime must know: ``stateful`` (placeholders, variables and
+their updates, ``NoOp``, ``_Send``/``_Recv``: the passes never fold such an op nor merge it
+with a twin) and ``reads_state`` (its output *is* the variable store's array, as a variable
+read's or an assignment's is: the executor hands out a fetch of it as a copy).
+
+Graph construction, the executor, eager mode, the passes and the gradient builder all read
+this one table.
 """
 from __future__ import annotations
 
@@ -35,17 +41,18 @@ class OpDef:
     grad: Callable[[Any, Any], list] | None = None
     stateful: bool = False  # never folded, merged or removed as a duplicate
     num_outputs: int = 1
+    reads_state: bool = False  # the output is the variable store's array: fetches get a copy
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
 def register(type: str, infer: Callable, kernel: Callable, grad: Callable | None = None,
-             stateful: bool = False, num_outputs: int = 1) -> OpDef:
+             stateful: bool = False, num_outputs: int = 1, reads_state: bool = False) -> OpDef:
     """Add op ``type`` to the registry (one call per op)."""
     if type in REGISTRY:
         raise GraphError(f"op type {type!r} is already registered")
-    REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs)
+    REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs, reads_state)
     return REGISTRY[type]
 
 

@@ -1,47 +1,37 @@
 """``Session``: run a static graph.  Each distinct (fetches, feeds) signature is compiled once:
 
 1. prune the graph to what the fetches and targets need (``passes.dead_node_removal``);
-2. optimise the pruned copy (CSE, constant folding, dead-node removal);
-3. build the executor plan: for each op, how many distinct producer ops it waits for
-   (``pending``) and which ops wait on it.
+2. optimise the pruned copy (CSE, constant folding, dead-node removal).
 
-A run then seeds a ready queue with the ops that wait on nothing, runs ops as they become
-ready (each finished op decrements its consumers' pending counts), and returns the fetched
-values in the structure the caller passed.  Variable values live in the session, so two
-sessions on one graph have separate state, as in TensorFlow.
+A run is then flatten → plan → execute → rebuild: the fetches (a nested structure) become
+a list of names, the signature's optimised graph is looked up, the one ``executor`` runs it
+(the same one the distributed workers run), and the values go back into the structure the
+caller passed.  Variable values live in the session, so two sessions on one graph have
+separate state, as in TensorFlow.
 """
 from __future__ import annotations
 
-from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .core import Graph, GraphError, Operation, Tensor, get_default_graph
-from .ops import Uninitialised, Variable
+from .executor import execute
+from .ops import Variable
 from .passes import dead_node_removal, optimize
-from .registry import get_op_def
 
 
+@dataclass(frozen=True)
 class _Plan:
-    """A compiled signature: the optimised graph, and per op its producers and consumers."""
+    """A compiled signature: the optimised graph the executor runs, and what each pass did."""
 
-    def __init__(self, graph: Graph, report: list) -> None:
-        self.graph, self.report = graph, report
-        self.ops = graph.operations
-        self.pending: dict[Operation, int] = {}
-        self.consumers: dict[Operation, list[Operation]] = {op: [] for op in self.ops}
-        for op in self.ops:
-            producers = {t.op for t in op.inputs} | set(op.control_inputs)
-            self.pending[op] = len(producers)
-            for p in producers:
-                self.consumers[p].append(op)
-        self.kernels = {op: get_op_def(op.type).kernel for op in self.ops}
-        # data edges out of each op: when that many consumers have run, its value can be freed
-        self.uses: dict[Operation, int] = {op: 0 for op in self.ops}
-        for op in self.ops:
-            for t in op.inputs:
-                self.uses[t.op] += 1
+    graph: Graph
+    report: list[tuple[str, int, int]]
+
+    @property
+    def ops(self) -> list[Operation]:
+        return self.graph.operations
 
 
 class Session:
@@ -141,49 +131,7 @@ class Session:
         leaves: list = []
         template = self._flatten(fetches, leaves)
         feeds = self._feed(feed_dict or {})
-        plan = self._plan(tuple(sorted({x.name.partition(":")[0] for x in leaves})), tuple(sorted(feeds)))
+        names = [leaf.name for leaf in leaves]
+        plan = self._plan(tuple(sorted({name.partition(":")[0] for name in names})), tuple(sorted(feeds)))
         self.last_report = plan.report
-        values: dict[Operation, Any] = {}
-        pending, uses = dict(plan.pending), dict(plan.uses)
-        fetched = {plan.graph.get_operation_by_name(leaf.op.name if isinstance(leaf, Tensor) else leaf.name)
-                   for leaf in leaves}
-        ready = deque(op for op in plan.ops if pending[op] == 0)
-        done = 0
-        while ready:
-            op = ready.popleft()
-            if op.type == "Placeholder":
-                if op.name not in feeds:
-                    raise GraphError(f"placeholder {op.name!r} must be fed: the fetches depend on it")
-                values[op] = feeds[op.name]
-            else:
-                try:
-                    out = plan.kernels[op]([values[t.op] for t in op.inputs], op.attrs, self._state)
-                except GraphError:
-                    raise
-                except Exception as e:
-                    for t in op.inputs:
-                        if isinstance(values[t.op], Uninitialised):
-                            raise values[t.op].error() from None
-                    raise GraphError(f"{op.type} op {op.name!r} failed: {e}") from e
-                values[op] = out if out is None or isinstance(out, (np.ndarray, Uninitialised)) else np.asarray(out)
-                for t in op.inputs:  # free each input after its last consumer (less peak memory)
-                    uses[t.op] -= 1
-                    if uses[t.op] == 0 and t.op not in fetched:
-                        del values[t.op]
-            done += 1
-            for c in plan.consumers[op]:
-                pending[c] -= 1
-                if pending[c] == 0:
-                    ready.append(c)
-        if done != len(plan.ops):
-            raise GraphError("the graph has a cycle; it cannot be executed")
-        results = []
-        for leaf in leaves:
-            if isinstance(leaf, Operation):
-                results.append(None)
-            else:
-                v = values[plan.graph.get_operation_by_name(leaf.op.name)]
-                if isinstance(v, Uninitialised):
-                    raise v.error()
-                results.append(v.copy() if leaf.op.type in ("VariableV2", "Assign", "AssignAdd", "AssignSub") else v)
-        return self._rebuild(template, results)
+        return self._rebuild(template, execute(plan.graph, feeds, names, self._state))

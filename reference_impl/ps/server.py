@@ -3,15 +3,17 @@
 The server takes requests in the order they arrive (``recv_any``), so a fast worker is
 never queued behind a slow one. What it does with them is the consistency rule:
 
-* ``consistency=None, sync=True`` (the original contract, BSP by rounds): a round is one
-  request from each live worker; every worker must send the same request; gradients
-  pushed in the round are summed and applied once at its end. Workers need no clock.
 * ``bsp`` and ``backup`` (clocked rounds): every request carries the worker's step
   number (``clock``). Pushes are buffered per worker until the worker sends ``CLOCK``
   ("my step is done"). The first ``n - b`` workers whose ``CLOCK`` arrives for the
   current step are summed and applied together; a ``CLOCK`` for a step already applied
   is late, and that worker's buffered gradients are dropped and counted. A pull for step
   ``c`` is answered once step ``c - 1`` is applied. ``b = 0`` is BSP.
+* ``consistency=None, sync=True`` (the original contract: BSP by rounds, workers need no
+  clock): the same BSP, with every request a step of its own that the server ends for the
+  worker, as if a ``CLOCK`` followed it. A step is then one request from each live worker,
+  and every worker must send the same request; a worker's next request that arrives
+  before the step is applied waits for it.
 * ``asp`` and ``ssp`` (vector clock): pushes are applied the moment they arrive; the
   server keeps each worker's clock (from its ``CLOCK`` messages) in an ``SSPClock`` and
   answers a pull at clock ``c`` only when the slowest worker's clock is at least
@@ -65,11 +67,9 @@ class ParameterServer:
         if comm.rank not in cluster.servers:
             raise ValueError(f"rank {comm.rank} is a worker, not a server, in {cluster}")
         self.comm, self.cluster, self.model = comm, cluster, model
+        self.by_rounds = consistency is None and sync  # BSP without clocks: each request is a step
         if consistency is None:
             consistency = Consistency("bsp") if sync else Consistency("asp")
-            self.by_rounds = sync  # the original clock-free BSP
-        else:
-            self.by_rounds = False
         self.sync, self.consistency = consistency.synchronous, consistency
         self.required = cluster.n_workers - consistency.dropped_per_step(cluster.n_workers)
         s = comm.rank
@@ -91,6 +91,8 @@ class ParameterServer:
         self.buffered: dict[int, list[tuple[int, int, Any]]] = {}  # worker -> pushes of its open step
         self.accepted: dict[int, list[tuple[int, int, Any]]] = {}  # in-time workers of the open step
         self.deferred: list[tuple[int, int, int, int, Any]] = []  # pulls not yet allowed
+        self.early: dict[int, np.ndarray] = {}  # by rounds: a worker's header for the next step
+        self.requested: dict[int, tuple[int, int]] = {}  # by rounds: each worker's (op, var) this step
         self.reads: list[tuple[int, int, Any]] = []
         self.rounds: list[list[int]] = []
         self.dropped: list[tuple[int, int]] = []
@@ -98,14 +100,15 @@ class ParameterServer:
 
     def serve(self) -> ParameterServer:
         """Answer requests until all workers sent STOP; returns self (for inspection in tests)."""
-        if self.by_rounds:
-            return self._serve_rounds()
         live = set(self.cluster.workers)
         header = np.zeros(HEADER, dtype=np.int64)
         while live:
             w = self.comm.recv_any(header, REQUEST_TAG)
             op, var, n, clock = (int(v) for v in header)
-            if op == STOP:
+            if self.by_rounds:
+                self.early[w] = header.copy()
+                self._serve_early(live)
+            elif op == STOP:
                 live.discard(w)
                 self.clock.clocks[self._index(w)] = math.inf  # a finished worker holds nobody back
                 self._close_round_if_complete(len(live))
@@ -186,49 +189,31 @@ class ParameterServer:
             self._answer_pull(w, op, var, payload)
         self.deferred = waiting
 
-    # ---------------------------------------------------------------- the original rounds
+    # ---------------------------------------------------------------- BSP by rounds (no clocks)
 
-    def _serve_rounds(self) -> ParameterServer:
-        """One request per live worker per round, taken in arrival order; a worker's next
-        request that arrives early waits (at most one per worker) for the next round."""
-        live = list(self.cluster.workers)
-        early: dict[int, np.ndarray] = {}
-        header = np.zeros(HEADER, dtype=np.int64)
-        while live:
-            pushes: list[tuple[int, tuple[int, int, Any]]] = []
-            round_ops: dict[int, tuple[int, int]] = {}
-            while len(round_ops) < len(live):
-                ready = [w for w in early if w not in round_ops]
-                if ready:
-                    w, got = ready[0], early.pop(ready[0])
-                else:
-                    w = self.comm.recv_any(header, REQUEST_TAG)
-                    got = header.copy()
-                    if w in round_ops:
-                        early[w] = got
-                        continue
-                op, var, n, _ = (int(v) for v in got)
-                round_ops[w] = (op, var)
-                if op == STOP:
-                    continue
-                payload = self._receive_payload(w, op, var, n)
-                if op in PULLS:
-                    self._answer_pull(w, op, var, payload)
-                else:
-                    code = self._check(op, var, payload)
-                    self.comm.send(np.array([code], dtype=np.int64), w, REPLY_TAG)
-                    if code == OK:
-                        pushes.append((w, (op, var, payload)))
+    def _serve_early(self, live: set[int]) -> None:
+        """Take each waiting request whose worker has none in the current step yet: it is that
+        worker's request of this step, which then ends (its pushes are accepted, as a ``CLOCK``
+        would); once every live worker's is in, check they agree and close the step."""
+        while (w := next((v for v in self.early if v not in self.accepted), None)) is not None:
+            op, var, n, _ = (int(v) for v in self.early.pop(w))
+            self.requested[w] = (op, var)
+            if op != STOP:
+                self._request(w, op, var, n, self.version)
+                self._answer_ready_pulls()  # a pull of the open step is answered at once
                 self.requests_served += 1
-            if len(set(round_ops.values())) > 1:
-                detail = ", ".join(f"rank {w}: {OP_NAMES.get(op, op)}({var})"
-                                   for w, (op, var) in sorted(round_ops.items()))
+            self.accepted[w] = self.buffered.pop(w, [])
+            if len(self.accepted) < len(live):
+                continue
+            if len(set(self.requested.values())) > 1:
+                detail = ", ".join(f"rank {v}: {OP_NAMES.get(o, o)}({i})"
+                                   for v, (o, i) in sorted(self.requested.items()))
                 raise RuntimeError(f"server rank {self.comm.rank}: synchronous round with different "
                                    f"requests from the workers ({detail}); every worker must run the "
                                    f"same steps")
-            self._apply_summed(sorted(pushes, key=lambda p: p[0]))
-            live = [w for w in live if round_ops[w][0] != STOP]
-        return self
+            self._close_round_if_complete(len(live))
+            live -= {v for v, (o, _) in self.requested.items() if o == STOP}
+            self.requested = {}
 
     # ---------------------------------------------------------------- messages and updates
 

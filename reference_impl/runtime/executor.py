@@ -1,14 +1,13 @@
-"""Run one partition for one step: the ready-queue executor of ``Session``, plus Send/Recv.
+"""Connect the executor's ``_Send``/``_Recv`` to a step's rendezvous, and run a step's
+partitions in this process.
 
-Ops run when every producer has run (pending-input counts, as in ``graph.session``).  Two
-op types are special:
-
-* ``_Send`` hands its input to ``deliver(key, recv_device, value)`` (the rendezvous, or the
-  worker's route to a peer) and never waits;
-* ``_Recv`` ops have no inputs, so they are all ready at once.  The executor first runs every
-  other ready op, and only when nothing else can run does it wait, for *whichever* awaited
-  ``_Recv`` arrives first (``Rendezvous.recv_any``).  Waiting for one particular ``_Recv``
-  could deadlock: the peer may need a ``_Send`` of ours that depends on another ``_Recv``.
+The executor is the graph runtime's own (``reference_impl.graph.executor``: the single
+process ``Session`` runs it too).  What a distributed step adds is where a cut edge's
+value goes: ``connect(rendezvous, step_id)`` gives the ``send``/``recv`` pair through which
+a partition's ``_Send`` leaves its value under the edge's rendezvous key
+(``"{send_device};{recv_device};{edge};{step_id}"``) and its ``_Recv`` waits for whichever
+of its keys arrives first (``Rendezvous.recv_any``).  A worker passes its own ``deliver``,
+which sends a value for another task straight to that task.
 
 ``run_partitions`` runs all partitions of a step in threads of this process around one
 ``Rendezvous``: the in-process version of a distributed step, used by tests and exercise 06.
@@ -16,80 +15,35 @@ op types are special:
 from __future__ import annotations
 
 import threading
-from collections import deque
 from typing import Any, Callable
 
 import numpy as np
 
-from ..graph import REGISTRY, Graph, GraphError, Uninitialised, control_value, rendezvous_key
+from ..graph import Graph, GraphError, Operation, execute, rendezvous_key
+from ..graph.executor import Recv, Send
 from .rendezvous import Rendezvous
 
-Deliver = Callable[[str, str, Any], None]
-READS_STATE = ("VariableV2", "Assign", "AssignAdd", "AssignSub")
+Deliver = Callable[[str, str, Any], None]  # (rendezvous key, receiving device, value)
 
 
-def execute(graph: Graph, feeds: dict[str, np.ndarray], fetches: list[str], state: dict,
-            rendezvous: Rendezvous, step_id: int, deliver: Deliver | None = None) -> dict[str, Any]:
-    """Run ``graph`` once; returns the values of the ``fetches`` (tensor names) it holds."""
-    deliver = deliver or (lambda key, device, value: rendezvous.send(key, value))
-    pending = {op: len({t.op for t in op.inputs} | set(op.control_inputs)) for op in graph.operations}
-    consumers: dict[Any, list] = {op: [] for op in graph.operations}
-    for op in graph.operations:
-        for p in {t.op for t in op.inputs} | set(op.control_inputs):
-            consumers[p].append(op)
-    values: dict[Any, Any] = {}
-    ready = deque(op for op in graph.operations if pending[op] == 0 and op.type != "_Recv")
-    waiting = {rendezvous_key(op.attrs["send_device"], op.attrs["recv_device"], op.attrs["tensor_name"],
-                              step_id): op for op in graph.operations if op.type == "_Recv"}
-    done = 0
+def connect(rendezvous: Rendezvous, step_id: int, deliver: Deliver | None = None) -> tuple[Send, Recv]:
+    """The executor's ``send`` and ``recv`` for step ``step_id``: through ``rendezvous``, or,
+    for sends, through ``deliver(key, recv_device, value)``."""
+    def key(op: Operation) -> str:
+        return rendezvous_key(op.attrs["send_device"], op.attrs["recv_device"], op.attrs["tensor_name"], step_id)
 
-    def finish(op: Any) -> None:
-        nonlocal done
-        done += 1
-        for c in consumers[op]:
-            pending[c] -= 1
-            if pending[c] == 0:
-                ready.append(c)
-
-    while ready or waiting:
-        if not ready:
-            key, value = rendezvous.recv_any(waiting)
-            op = waiting.pop(key)
-            values[op] = value
-            finish(op)
-            continue
-        op = ready.popleft()
-        inputs = [values[t.op] for t in op.inputs]
-        if op.type == "Placeholder":
-            if op.name not in feeds:
-                raise GraphError(f"placeholder {op.name!r} must be fed: the fetches depend on it")
-            values[op] = feeds[op.name]
-        elif op.type == "_Send":
-            key = rendezvous_key(op.attrs["send_device"], op.attrs["recv_device"], op.attrs["tensor_name"],
-                                 step_id)
-            deliver(key, op.attrs["recv_device"], inputs[0] if inputs else control_value())
+    def send(op: Operation, value: Any) -> None:
+        if deliver is None:
+            rendezvous.send(key(op), value)
         else:
-            try:
-                out = REGISTRY[op.type].kernel(inputs, op.attrs, state)
-            except GraphError:
-                raise
-            except Exception as e:
-                for v in inputs:
-                    if isinstance(v, Uninitialised):
-                        raise v.error() from None
-                raise GraphError(f"{op.type} op {op.name!r} failed: {e}") from e
-            values[op] = out if out is None or isinstance(out, (np.ndarray, Uninitialised)) else np.asarray(out)
-        finish(op)
-    if done != len(graph.operations):
-        raise GraphError("the partition has a cycle; it cannot be executed")
-    result = {}
-    for name in fetches:
-        op = graph.get_tensor_by_name(name).op if ":" in name else graph.get_operation_by_name(name)
-        v = values.get(op) if ":" in name else None
-        if isinstance(v, Uninitialised):
-            raise v.error()
-        result[name] = v.copy() if op.type in READS_STATE and v is not None else v
-    return result
+            deliver(key(op), op.attrs["recv_device"], value)
+
+    def recv(ops: list[Operation]) -> tuple[Operation, Any]:
+        by_key = {key(op): op for op in ops}
+        arrived, value = rendezvous.recv_any(by_key)
+        return by_key[arrived], value
+
+    return send, recv
 
 
 def _holder(parts: dict[str, Graph], name: str) -> str:
@@ -120,8 +74,9 @@ def run_partitions(parts: dict[str, Graph], feeds: dict[str, np.ndarray], fetche
         g = parts[device]
         mine = {k: v for k, v in feeds.items() if k in g._by_name}
         try:
-            results.update(execute(g, mine, by_device[device], states.setdefault(device, {}),
-                                   rendezvous, step_id))
+            values = execute(g, mine, by_device[device], states.setdefault(device, {}),
+                             *connect(rendezvous, step_id))
+            results.update(zip(by_device[device], values))
         except BaseException as e:  # noqa: BLE001 - the step fails as a whole
             errors.append(e)
             rendezvous.abort(f"partition {device} failed: {e}")

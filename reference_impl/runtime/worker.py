@@ -43,11 +43,11 @@ import time
 from typing import Any, Callable, Iterable
 
 from ..comm import CommError, Communicator
-from ..graph import Graph, import_graph_def
+from ..graph import Graph, execute, import_graph_def
 from . import messages as m
 from .channel import PEER_TAG, Channel
 from .cluster import MASTER_RANK, ClusterSpec
-from .executor import execute
+from .executor import connect
 from .rendezvous import Rendezvous, RendezvousError, RendezvousTimeout
 
 DEFAULT_TIMEOUT_S = 60.0
@@ -209,11 +209,11 @@ class Worker:
 
         start = time.monotonic()
         try:
-            out = execute(graph, req.send, req.recv_key, state, rendezvous, req.step_id, deliver)
+            values = execute(graph, req.send, req.recv_key, state, *connect(rendezvous, req.step_id, deliver))
         except Exception as e:  # noqa: BLE001 - reported to the master, which raises it to the client
             return m.RunGraphResponse(req.step_id, error=f"{type(e).__name__}: {e} "
                                       f"(after {time.monotonic() - start:.2f} s)")
-        return m.RunGraphResponse(req.step_id, recv=out)
+        return m.RunGraphResponse(req.step_id, recv=dict(zip(req.recv_key, values)))
 
     def _rendezvous(self, step_id: int) -> StepRendezvous | None:
         """The rendezvous of ``step_id`` (created by whichever comes first: its RunGraph or a

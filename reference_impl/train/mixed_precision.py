@@ -25,7 +25,7 @@ import numpy as np
 
 import reference_impl.graph as g
 
-from .optimizers import Adam, IndexedSlices, Optimizer, apply, cast, where
+from .optimizers import Adam, IndexedSlices, Optimizer, cast, where
 
 
 def update_loss_scale(scale: float, good_steps: int, grads_finite: bool, growth_interval: int = 2000,
@@ -69,7 +69,7 @@ g.register("AllFinite", _all_finite_infer,
 
 def all_finite(tensors: list[g.Tensor]) -> g.Tensor:
     """A boolean scalar: are all elements of ``tensors`` finite?"""
-    return apply("AllFinite", list(tensors))
+    return g.apply_op("AllFinite", list(tensors))
 
 
 def half(x: Any) -> g.Tensor:
@@ -131,7 +131,7 @@ class LossScaleOptimizer:
             if not self.dynamic:
                 return train
             good = self.good_steps.value() + 1.0
-            grow = apply("GreaterEqual", [good, g.constant(np.float32(self.growth_interval))])
+            grow = g.apply_op("GreaterEqual", [good, g.constant(np.float32(self.growth_interval))])
             shrunk = g.maximum(scale / self.factor, self.min_scale)
             new_scale = where(ok, where(grow, scale * self.factor, scale), shrunk)
             new_good = where(ok, where(grow, g.constant(np.float32(0)), good), g.constant(np.float32(0)))

@@ -38,21 +38,26 @@ def init_mlp(widths: list[int] | tuple[int, ...], seed: int = 0, dtype: type = n
     return params
 
 
-def forward(params: list[np.ndarray], x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Logits for the batch ``x``, and the activations backward needs (the input of each layer)."""
+def forward(params: list[np.ndarray], x: np.ndarray,
+            relu_last: bool = False) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Logits for the batch ``x``, and the activations backward needs (the input of each layer).
+
+    ``relu_last=True`` puts a ReLU after the last layer too: a pipeline stage other than the
+    last one is a block of hidden layers (``pipeline.py`` runs each stage through here).
+    """
     if len(params) % 2 or not params:
         raise ValueError(f"forward: params must be [W0, b0, W1, b1, ...], got {len(params)} arrays")
-    activations = [x]
+    activations = []
     h = x
     n_layers = len(params) // 2
     for layer in range(n_layers):
         w, b = params[2 * layer], params[2 * layer + 1]
         if h.shape[1] != w.shape[0]:
             raise ValueError(f"forward: layer {layer} expects {w.shape[0]} inputs, got {h.shape[1]}")
+        activations.append(h)
         h = h @ w + b
-        if layer < n_layers - 1:
+        if layer < n_layers - 1 or relu_last:
             h = np.maximum(h, 0)
-            activations.append(h)
     return h, activations
 
 
@@ -71,21 +76,28 @@ def cross_entropy(logits: np.ndarray, labels: np.ndarray) -> tuple[float, np.nda
 
 
 def backward(
-    params: list[np.ndarray], activations: list[np.ndarray], dlogits: np.ndarray
-) -> Iterator[tuple[int, np.ndarray]]:
+    params: list[np.ndarray], activations: list[np.ndarray], dlogits: np.ndarray, input_grad: bool = False
+) -> Iterator[tuple[int | None, np.ndarray]]:
     """Yield ``(index, gradient of params[index])``, last layer first, each as soon as computed.
 
     For layer ``l`` with input ``a`` and output gradient ``delta``: dW = a^T delta and
     db = sum(delta); then delta for the layer below is (delta W^T) masked by the ReLU.
     That last product is the work that runs while the caller ships dW and db away.
+
+    ``dlogits`` is the gradient of the last layer's output before any ReLU.  With
+    ``input_grad=True``, for a pipeline stage whose input ``activations[0]`` is the ReLU
+    output of the stage before, the chain goes on through the first layer and the last item
+    is ``(None, delta)``: the gradient that stage's own backward starts from.
     """
     delta = dlogits
     for layer in reversed(range(len(params) // 2)):
         a_in = activations[layer]
         yield 2 * layer, a_in.T @ delta
         yield 2 * layer + 1, delta.sum(axis=0)
-        if layer > 0:
+        if layer > 0 or input_grad:
             delta = (delta @ params[2 * layer].T) * (a_in > 0)
+    if input_grad:
+        yield None, delta
 
 
 def backward_order(n_params: int) -> list[int]:

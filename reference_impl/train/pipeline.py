@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from ..comm.communicator import Communicator
-from .mlp import cross_entropy
+from .mlp import backward, cross_entropy, forward
 
 SCHEDULES = ("gpipe", "1f1b")
 # Measured op durations are taken one op at a time: thread ranks share the cores (and the GIL),
@@ -208,7 +208,8 @@ def pipeline_step(
     mb = x.shape[0] // n_micro
     ops = schedule_for(schedule, p, n_micro)[s]
     dtype = params[0].dtype
-    grads = [np.zeros_like(params[i]) for l in layers for i in (2 * l, 2 * l + 1)]
+    stage = [params[i] for l in layers for i in (2 * l, 2 * l + 1)]  # [W, b] of this stage's layers
+    grads = [np.zeros_like(w) for w in stage]
     stash: dict[int, list[np.ndarray]] = {}  # micro-batch -> inputs of each layer (what backward needs)
     dlogits: dict[int, np.ndarray] = {}
     loss = 0.0
@@ -233,38 +234,31 @@ def pipeline_step(
             if s == 0:
                 h, ready = x[i * mb:(i + 1) * mb], 0.0
             else:
-                h, ready = recv((mb, params[2 * layers[0]].shape[0]), s - 1, i)
+                h, ready = recv((mb, stage[0].shape[0]), s - 1, i)
             timing = _TIMING_LOCK if op_cost == "measured" else _NO_LOCK
             timing.acquire()
             t0 = time.thread_time()
-            inputs = []
-            for l in layers:
-                inputs.append(h)
-                h = h @ params[2 * l] + params[2 * l + 1]
-                if l < n_layers - 1:
-                    h = np.maximum(h, 0)
+            h, stash[i] = forward(stage, h, relu_last=s < p - 1)  # the MLP's forward on this stage's layers
             if s == p - 1:
                 loss_i, d = cross_entropy(h, y[i * mb:(i + 1) * mb])
                 loss += loss_i / n_micro
                 dlogits[i] = d / n_micro  # the batch loss is the mean of the micro-batch losses
-            stash[i] = inputs
             cost = 1.0 if op_cost == "unit" else time.thread_time() - t0
             timing.release()
         else:
             if s == p - 1:
                 delta, ready = dlogits.pop(i), 0.0
             else:
-                delta, ready = recv((mb, params[2 * layers[-1]].shape[1]), s + 1, i)
+                delta, ready = recv((mb, stage[-2].shape[1]), s + 1, i)
             timing = _TIMING_LOCK if op_cost == "measured" else _NO_LOCK
             timing.acquire()
             t0 = time.thread_time()
-            inputs = stash.pop(i)
-            for k in reversed(range(len(layers))):  # delta: d loss / d (pre-activation of layer l)
-                l, a_in = layers[k], inputs[k]
-                grads[2 * k] += a_in.T @ delta
-                grads[2 * k + 1] += delta.sum(axis=0)
-                if l > 0:  # a_in = relu(previous pre-activation): chain through W and the ReLU mask
-                    delta = (delta @ params[2 * l].T) * (a_in > 0)
+            # the MLP's backward on this stage's layers; after stage 0 it goes on to the input
+            for k, g in backward(stage, stash.pop(i), delta, input_grad=s > 0):
+                if k is None:
+                    delta = g  # d loss / d (pre-activation of the previous stage's last layer)
+                else:
+                    grads[k] += g
             cost = 2.0 if op_cost == "unit" else time.thread_time() - t0
             timing.release()
         start = max(clock, ready)
@@ -279,7 +273,7 @@ def pipeline_step(
         if len(stash) > peak or held > peak_bytes:
             peak, peak_bytes = max(peak, len(stash)), max(peak_bytes, held)
     # --8<-- [end:execute]
-    param_bytes = sum(params[i].nbytes for l in layers for i in (2 * l, 2 * l + 1))
+    param_bytes = sum(w.nbytes for w in stage)
     return StageResult(s, layers, grads, loss if s == p - 1 else None, busy, clock, peak, peak_bytes,
                        param_bytes, timeline)
 
@@ -307,8 +301,6 @@ def median_cost_bubble(results: list[StageResult], schedule: str) -> float:
 def data_parallel_memory(params: list[np.ndarray], x_local: np.ndarray) -> dict[str, int]:
     """Bytes one data-parallel rank holds for the same MLP: every parameter, every gradient, and the
     activations backward needs for its local batch ``x_local`` (measured by running the forward)."""
-    from .mlp import forward
-
     _, activations = forward(params, x_local)
     param_bytes = sum(p.nbytes for p in params)
     return {"param_bytes": param_bytes, "grad_bytes": param_bytes,

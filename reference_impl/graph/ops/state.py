@@ -54,7 +54,7 @@ def _variable_kernel(xs: list, attrs: dict, state: dict) -> Any:
 
 
 register("VariableV2", lambda s, d, a: (tuple(a["shape"]), a["dtype"]), _variable_kernel,
-         grad=NO_GRADIENT, stateful=True)
+         grad=NO_GRADIENT, stateful=True, reads_state=True)
 
 
 def _ref_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
@@ -87,9 +87,9 @@ def _assign_sub_kernel(xs: list, attrs: dict, state: dict) -> Any:
 
 
 # A new array per update (not in place): ops that read the old value in the same step keep it.
-register("Assign", _ref_infer, _assign_kernel, stateful=True)
-register("AssignAdd", _ref_infer, _assign_add_kernel, stateful=True)
-register("AssignSub", _ref_infer, _assign_sub_kernel, stateful=True)
+register("Assign", _ref_infer, _assign_kernel, stateful=True, reads_state=True)
+register("AssignAdd", _ref_infer, _assign_add_kernel, stateful=True, reads_state=True)
+register("AssignSub", _ref_infer, _assign_sub_kernel, stateful=True, reads_state=True)
 
 
 class Variable:

@@ -53,11 +53,10 @@ from .course import (
     repo_root,
     scratch_course,
 )
-from .generated import TOKEN_SLOT, cache_dir
-from .hints import WrittenHint, site_link, written_hints
-from .tracebacks import defined_names, syntax_errors
-from .guard import HIDDEN_TESTS, instrument, strip_guard_lines
 from .feedback import write_feedback_page
+from .generated import TOKEN_SLOT, cache_dir
+from .guard import HIDDEN_TESTS, instrument, strip_guard_lines
+from .hints import WrittenHint, site_link, written_hints
 from .report import CellError, GradingResult, TestResult
 from .sandbox import (
     DEFAULT_MEMORY_MB,
@@ -66,10 +65,11 @@ from .sandbox import (
     plan_kernel,
     run_limited,
 )
+from .tracebacks import defined_names, syntax_errors
 
 STUDENT = "learner"
 DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy", "strict": "array_api_strict"}
-DEFAULT_TIMEOUT = 120.0  # a whole check, per device: a hang costs minutes, not ten
+DEFAULT_TIMEOUT = 120.0  # the budget of a whole check, over all its devices
 HINT_LIMIT = 400
 BROKEN_CELL = ": fix that cell first (at the top of this report)"
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -90,9 +90,9 @@ def check_notebook(
     that cannot be graded (including a device the assignment or this machine cannot use).
 
     One run on one device; ``grade`` chooses the devices and writes the feedback page.
-    ``assignment_name`` says which assignment
-    the notebook answers when its metadata does not. ``progress`` is called with each cell's
-    event (``{"cell", "test", "error", "seconds", "run"}``) as soon as the cell has run."""
+    ``assignment_name`` says which assignment the notebook answers when its metadata does
+    not. ``progress`` is called with each cell's event (``{"cell", "test", "error",
+    "seconds", "run"}``) as soon as the cell has run."""
     content = load_notebook(notebook)
     assignment, nb_name = course.identify(notebook, content, assignment_name)
     _check_cells_belong(notebook, content, course, assignment, nb_name)
@@ -165,7 +165,6 @@ def check_notebook(
         released = root / "release" / assignment.name / nb_name
         if released.is_file():
             result.tampered = _tampered_cells(content, load_notebook(released))
-
 
     if child.timed_out:
         result.timed_out = True

@@ -74,7 +74,7 @@ def _limits(command: argparse.ArgumentParser) -> None:
     """The sandbox limits shared by ``check`` and ``autograde``."""
     command.add_argument(
         "--timeout", type=_positive, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-        help="time budget of the whole check, in seconds (per device); past it the run stops and "
+        help="time budget of the whole check, in seconds (over all its devices); past it the run stops and "
              "the tests not reached score 0",
     )
     command.add_argument(

@@ -7,7 +7,7 @@ leaks: no solution or hidden-test delimiter, and no line that only appears insid
 or hidden-test region of the source. A leak is an error (``ReleaseLeak``), not a warning:
 a released notebook with the answers in it cannot be taken back.
 
-Neither command destroys a learner's work. ``start`` copies one assignment into the
+Neither command destroys a learner's work. ``start`` copies assignments into the
 learner's own folder (``work/<assignment>/``) and never replaces a file there; ``release``
 replaces a notebook only while it is exactly what was released before (``.released.json``).
 """
@@ -106,7 +106,8 @@ class Released:
 def generate_release(course: Course, assignments: list[Assignment], root: Path, *,
                      timeout: float = DEFAULT_TIMEOUT) -> list[tuple[Path, str]]:
     """Run nbgrader's ``generate_assignment`` in the scratch course ``root``; the released
-    notebooks, each with its path relative to a release folder, checked for leaks."""
+    notebooks, each with its path relative to a release folder, checked for leaks and with
+    the written hints taken out."""
     if not assignments:
         raise ReleaseFailed(f"{course.root / 'source'} holds no assignment")
     scratch = root.parent

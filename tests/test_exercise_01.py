@@ -18,6 +18,7 @@ in the module fixture ``runs``; what is checked:
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,6 +71,9 @@ def runs(tmp_path_factory) -> dict[str, Any]:
 
 
 def test_released_notebook_with_solutions_scores_full_marks(runs):
+    """The released file holds no hidden test code, only the emptied test cells, yet all 11
+    tests (7 hidden) are graded: the hidden tests come back from the gradebook."""
+    assert "hidden_allreduce_any" in runs["released_text"]
     assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=11, hidden=7)
 
 
@@ -78,6 +82,7 @@ def test_released_notebook_scores_zero_with_the_general_hints(runs):
     assert_unimplemented_scores_zero(result, MAX_SCORE)
     assert_nothing_leaked(runs["released_text"], "_ref_allreduce", "def _smallest_first", "CountingCommunicator")
     HINTS.assert_general_hints(result)
+    assert Path(result["feedback_html"]).is_file()
     # nothing passed on NumPy, so array_api_strict (01's second device) could change no verdict
     assert result["isolation"]["device"] == "cpu (NumPy)"
 

@@ -253,7 +253,7 @@ if "_TestFail" not in G.REGISTRY:
             return xs[0]
         raise WorkerKilled("worker process killed")
 
-    G.register("_TestFail", lambda s, d, a: (s[0], d[0]), _fail_kernel)
+    G.register("_TestFail", infer=G.like_input(), kernel=_fail_kernel)
 
 
 def _build_failing(how):

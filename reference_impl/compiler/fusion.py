@@ -78,7 +78,7 @@ def _infer_program(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return out_shapes[-1], dtypes[0]
 
 
-register("FusedElementwise", _infer_program, _run_program)
+register("FusedElementwise", infer=_infer_program, kernel=_run_program)
 
 
 def _fusible(op: Operation) -> bool:

@@ -109,7 +109,7 @@ class CustomOp:
         self.build()
         if replace:
             graph.REGISTRY.pop(self.name, None)
-        graph.register(self.name, self._infer, self._kernel, grad=self.grad)
+        graph.register(self.name, infer=self._infer, kernel=self._kernel, grad=self.grad)
         return self
 
     def __call__(self, *inputs: Any, name: str | None = None, **attrs: Any) -> Any:

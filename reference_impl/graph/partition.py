@@ -27,20 +27,9 @@ import numpy as np
 
 from .core import Graph, GraphError, Operation, Tensor
 from .placement import DeviceSpec
-from .registry import register
 from .rewrite import copy_op
 
 CONTROL_DTYPE = "float32"  # the dummy value a control Send carries
-
-
-def _executor_only(xs: list, attrs: dict, state: dict) -> None:
-    raise GraphError("_Send/_Recv are run by a partition executor (reference_impl.runtime.executor), "
-                     "which connects them to a rendezvous")
-
-
-register("_Send", lambda s, d, a: (None, None), _executor_only, stateful=True, num_outputs=0)
-register("_Recv", lambda s, d, a: (None if a["shape"] is None else tuple(a["shape"]), a["dtype"]),
-         _executor_only, stateful=True)
 
 
 def rendezvous_key(send_device: str, recv_device: str, edge: str, step_id: int) -> str:

@@ -1,16 +1,27 @@
 """The op registry: one ``OpDef`` per op type, holding everything the runtime needs to know.
 
-Adding an op is one ``register`` call with three functions:
+Adding an op is one ``register`` call, with keyword arguments, naming three functions:
 
 * ``infer(shapes, dtypes, attrs) -> (shape, dtype)``: static shape/dtype inference, run when
   the op is added to a graph (and in eager mode), so mistakes show up at build time;
 * ``kernel(inputs, attrs, state) -> array``: computes the output from NumPy arrays (``state``
-  is the variable store, used only by stateful ops);
-* ``grad(op, grad_output) -> list``: builds the gradient for each input out of other ops
-  (``None`` for an input that gets no gradient).  ``grad=None`` means "not differentiable":
-  asking for a gradient through such an op is an error; ``NO_GRADIENT`` means the op is
-  differentiable but its result is constant almost everywhere (comparisons), so inputs get
-  no gradient.
+  is the variable store, used only by stateful ops); ``numpy_kernel(np.add)`` makes the
+  kernel of an op that is one NumPy function of its inputs;
+* ``grad(op, grad) -> list``: builds the gradient for each input out of other ops (``None``
+  for an input that gets no gradient), the shape of TensorFlow's ``@RegisterGradient``
+  functions. ``grad=None`` means "not differentiable": asking for a gradient through such
+  an op is an error; ``NO_GRADIENT`` means the op is differentiable but its result is
+  constant almost everywhere (comparisons), so inputs get no gradient.
+
+For example, in ``ops/math.py``::
+
+    def _add_grad(op, grad):
+        a, b = op.inputs
+        return [sum_to(grad, a), sum_to(grad, b)]
+
+    register("Add", infer=_binary_infer, kernel=numpy_kernel(np.add), grad=_add_grad)
+
+Every built-in op is registered in ``graph/ops/``; code elsewhere only applies them.
 
 Two flags say what else the runtime must know: ``stateful`` (placeholders, variables and
 their updates, ``NoOp``, ``_Send``/``_Recv``: the passes never fold such an op nor merge it
@@ -47,13 +58,30 @@ class OpDef:
 REGISTRY: dict[str, OpDef] = {}
 
 
-def register(type: str, infer: Callable, kernel: Callable, grad: Callable | None = None,
+def register(type: str, *, infer: Callable, kernel: Callable, grad: Callable | None = None,
              stateful: bool = False, num_outputs: int = 1, reads_state: bool = False) -> OpDef:
-    """Add op ``type`` to the registry (one call per op)."""
+    """Add op ``type`` to the registry (one call per op; everything but the name by keyword)."""
     if type in REGISTRY:
         raise GraphError(f"op type {type!r} is already registered")
     REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs, reads_state)
     return REGISTRY[type]
+
+
+def numpy_kernel(fn: Callable) -> Callable:
+    """The kernel of an op that is one NumPy function of its input arrays: ``fn(*inputs)``."""
+    def kernel(inputs: list, attrs: dict, state: dict) -> Any:
+        return fn(*inputs)
+    kernel.__name__ = kernel.__qualname__ = f"numpy_kernel({getattr(fn, '__name__', fn)})"
+    return kernel
+
+
+def like_input(shape_of: int = 0, dtype_of: int = 0) -> Callable:
+    """Shape inference of an op whose output has the shape of input ``shape_of`` and the
+    dtype of input ``dtype_of`` (a gradient helper such as ``SumToShapeOf``)."""
+    def infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+        return shapes[shape_of], dtypes[dtype_of]
+    infer.__name__ = infer.__qualname__ = f"like_input(shape_of={shape_of}, dtype_of={dtype_of})"
+    return infer
 
 
 def get_op_def(type: str) -> OpDef:

@@ -55,21 +55,9 @@ def unscale_gradients(scaled_grads: list[np.ndarray], scale: float) -> tuple[lis
     return grads, all(bool(np.isfinite(gr).all()) for gr in grads)
 
 
-def _all_finite_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
-    for d in dtypes:
-        if d not in ("float16", "float32", "float64"):
-            raise g.ShapeError(f"needs floating-point inputs, got {d}")
-    return (), "bool"
-
-
-# [x1, x2, ...] -> True if every element of every input is finite (no inf, no NaN)
-g.register("AllFinite", _all_finite_infer,
-           lambda xs, a, s: np.asarray(all(bool(np.isfinite(x).all()) for x in xs)))
-
-
 def all_finite(tensors: list[g.Tensor]) -> g.Tensor:
     """A boolean scalar: are all elements of ``tensors`` finite?"""
-    return g.apply_op("AllFinite", list(tensors))
+    return g.all_finite(list(tensors))
 
 
 def half(x: Any) -> g.Tensor:

@@ -37,55 +37,12 @@ import reference_impl.graph as g
 from .schedules import Schedule, check_learning_rate
 
 
-# ------------------------------------------------------------------ ops this module registers
-# Nodes of these ops are added with the graph's ``apply_op``, as every front-end function adds
-# its own; ``apply`` is its old name here, which the example in docs/concepts/optimisers.md imports.
+# ------------------------------------------------------------------ graph helpers
+# Nodes are added with the graph's ``apply_op``, as every front-end function adds its own;
+# ``apply`` is its name here, which the example in docs/concepts/optimisers.md imports.
+# The ops of sparse updates (``unique_rows``, ``sum_rows``, ``scatter_update``), ``select_if``
+# and ``learning_rate`` are registered with the others, in ``reference_impl/graph/ops/``.
 apply = g.apply_op
-
-
-def _unique_rows_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
-    if dtypes[0] not in ("int32", "int64"):
-        raise g.ShapeError(f"indices must be integers, got {dtypes[0]}")
-    return (None,), dtypes[0]
-
-
-def _sum_rows_kernel(xs: list, attrs: dict, state: dict) -> np.ndarray:
-    values, indices = xs
-    unique, position = np.unique(indices, return_inverse=True)
-    out = np.zeros((len(unique),) + values.shape[1:], dtype=values.dtype)
-    np.add.at(out, position.reshape(-1), values)
-    return out
-
-
-def _scatter_update_kernel(xs: list, attrs: dict, state: dict) -> np.ndarray:
-    name = attrs["shared_name"]
-    if name not in state:
-        raise g.GraphError(f"variable {name!r} is not initialised: run its initializer first")
-    new = state[name].copy()  # a new array, as Assign does: earlier reads keep the old value
-    new[xs[1]] = xs[2]
-    state[name] = new
-    return new
-
-
-def _where_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
-    if dtypes[0] != "bool" or shapes[0] not in ((), None):
-        raise g.ShapeError(f"the condition must be a boolean scalar, got {shapes[0]} {dtypes[0]}")
-    if dtypes[1] != dtypes[2]:
-        raise g.ShapeError(f"both branches need one dtype, got {dtypes[1]} and {dtypes[2]}")
-    return shapes[1], dtypes[1]
-
-
-# [indices] -> the distinct indices, sorted
-g.register("UniqueRows", _unique_rows_infer, lambda xs, a, s: np.unique(xs[0]))
-# [values (n, ...), indices (n,)] -> one summed row per distinct index, in UniqueRows' order
-g.register("SumRows", lambda s, d, a: ((None,) + tuple(s[0][1:]), d[0]), _sum_rows_kernel)
-# [variable, indices, rows] -> the variable with those rows replaced (stored in the session)
-g.register("ScatterUpdate", lambda s, d, a: (s[0], d[0]), _scatter_update_kernel, stateful=True)
-# [condition (bool scalar), x, y] -> x if condition else y (a whole-tensor choice, made at run time)
-g.register("SelectIf", _where_infer, lambda xs, a, s: xs[1] if bool(xs[0]) else xs[2])
-# [x] -> sign(x) (for FTRL's soft threshold), not differentiated; the runtime may come to have one
-if "Sign" not in g.REGISTRY:
-    g.register("Sign", lambda s, d, a: (s[0], d[0]), lambda xs, a, s: np.sign(xs[0]))
 
 
 def cast(x: Any, dtype: str) -> g.Tensor:
@@ -96,7 +53,7 @@ def cast(x: Any, dtype: str) -> g.Tensor:
 
 def where(condition: g.Tensor, x: g.Tensor, y: g.Tensor) -> g.Tensor:
     """``x`` if the boolean scalar ``condition`` holds when run, else ``y``."""
-    return g.apply_op("SelectIf", [condition, x, y])
+    return g.select_if(condition, x, y)
 
 
 def _greater(x: Any, y: Any) -> g.Tensor:
@@ -191,7 +148,7 @@ class Optimizer:
     def _learning_rate(self, steps_done: g.Tensor, dtype: str) -> g.Tensor:
         schedule = self.learning_rate
         if isinstance(schedule, Schedule):
-            return g.apply_op("LearningRate", [steps_done], {"schedule": schedule.config(), "dtype": dtype})
+            return g.learning_rate(schedule.config(), steps_done, dtype)
         return g.constant(np.asarray(schedule, dtype=dtype), name=f"{self.name}/learning_rate")
 
     def get_slot(self, var: g.Variable, slot: str) -> g.Variable:
@@ -226,8 +183,8 @@ class Optimizer:
     def _apply_sparse(self, grad: IndexedSlices, var: g.Variable, lr: g.Tensor, t: g.Tensor,
                       condition: g.Tensor | None) -> list:
         slots = self._slot_vars(var)
-        rows = g.apply_op("UniqueRows", [grad.indices])
-        summed = g.apply_op("SumRows", [grad.values, grad.indices])
+        rows = g.unique_rows(grad.indices)
+        summed = g.sum_rows(grad.values, grad.indices)
         old = {k: g.gather(v, rows) for k, v in slots.items()}
         var_rows = g.gather(var, rows)
         new_var, new_slots = self.update(var_rows, summed, old, lr, t)
@@ -235,8 +192,7 @@ class Optimizer:
         for target, new, before in [(var, new_var, var_rows)] + [(slots[k], new_slots[k], old[k]) for k in slots]:
             if condition is not None:
                 new = where(condition, new, before)
-            out.append(g.apply_op("ScatterUpdate", [target.value(), rows, new],
-                                  {"shared_name": target.op.attrs["shared_name"]}))
+            out.append(g.scatter_update(target, rows, new))
         return out
 
 
@@ -399,8 +355,8 @@ class Ftrl(Optimizer):
         n_new = slots["n"] + g.square(grad)
         sigma = (g.sqrt(n_new) - g.sqrt(slots["n"])) / lr
         z = slots["z"] + grad - sigma * var
-        shrunk = z - g.apply_op("Sign", [z]) * self.l1
-        w = _greater(g.apply_op("Sign", [z]) * z, self.l1 * g.ones_like(z)) * g.neg(shrunk) / (
+        shrunk = z - g.sign(z) * self.l1
+        w = _greater(g.sign(z) * z, self.l1 * g.ones_like(z)) * g.neg(shrunk) / (
             (self.beta + g.sqrt(n_new)) / lr + self.l2)
         return w, {"z": z, "n": n_new}
 

@@ -3,8 +3,9 @@
 A schedule maps the number of steps already taken, ``step`` (0 for the first update), to a
 learning rate.  Each one is a small object with a NumPy ``__call__`` (vectorised, used by
 tests and plots) and a JSON ``config()``; the graph op ``LearningRate`` holds that config as
-an attribute and evaluates the same formula when a Session runs it, so there is one
-implementation per formula and a GraphDef with a schedule still serialises.
+an attribute (``reference_impl/graph/ops/training.py``) and evaluates the same formula when
+a Session runs it, so there is one implementation per formula and a GraphDef with a
+schedule still serialises.
 
 Large-batch training (Goyal et al., 2017, "Accurate, Large Minibatch SGD"): multiplying the
 global batch by ``k`` cuts the number of steps per epoch by ``k``; to cover the same distance
@@ -18,8 +19,6 @@ import math
 from typing import Any
 
 import numpy as np
-
-import reference_impl.graph as g
 
 
 def check_learning_rate(value: float, where: str = "learning_rate") -> float:
@@ -155,20 +154,3 @@ def linear_scaling_rule(base_learning_rate: float, base_batch_size: int, global_
         raise ValueError("linear_scaling_rule: batch sizes must be >= 1, got "
                          f"base {base_batch_size} and global {global_batch_size}")
     return base * int(global_batch_size) / int(base_batch_size)
-
-
-# ------------------------------------------------------------------ the graph op
-def _lr_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
-    if shapes[0] not in ((), None):
-        raise g.ShapeError(f"the step must be a scalar, got shape {shapes[0]}")
-    return (), attrs["dtype"]
-
-
-def _lr_kernel(xs: list, attrs: dict, state: dict) -> np.ndarray:
-    lr = float(from_config(attrs["schedule"])(xs[0]))
-    check_learning_rate(lr, f"the learning rate at step {float(xs[0]):g}")
-    return np.asarray(lr, dtype=attrs["dtype"])
-
-
-# inputs: [the number of steps taken (a scalar)]; attrs: {"schedule": config, "dtype": name}
-g.register("LearningRate", _lr_infer, _lr_kernel)

@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..registry import ShapeError, register
+from ..registry import ShapeError, like_input, register
 from .dispatch import INTS, _axes, _same_dtype, apply_op
 from .state import as_tensor
 
@@ -31,10 +31,26 @@ def _reshape_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(target), dtypes[0]
 
 
-register("Reshape", _reshape_infer, lambda xs, a, s: xs[0].reshape(a["shape"]),
-         grad=lambda op, g: [reshape_like(g, op.inputs[0])])
-register("ReshapeLike", lambda s, d, a: (s[1], d[0]), lambda xs, a, s: xs[0].reshape(xs[1].shape),
-         grad=lambda op, g: [reshape_like(g, op.inputs[0]), None])
+def _reshape_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return inputs[0].reshape(attrs["shape"])
+
+
+def _reshape_grad(op: Any, grad: Any) -> list:
+    return [reshape_like(grad, op.inputs[0])]
+
+
+def _reshape_like_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    x, like = inputs
+    return x.reshape(like.shape)
+
+
+def _reshape_like_grad(op: Any, grad: Any) -> list:
+    return [reshape_like(grad, op.inputs[0]), None]
+
+
+register("Reshape", infer=_reshape_infer, kernel=_reshape_kernel, grad=_reshape_grad)
+register("ReshapeLike", infer=like_input(shape_of=1, dtype_of=0), kernel=_reshape_like_kernel,
+         grad=_reshape_like_grad)
 
 
 def reshape(x: Any, shape: Sequence[int], name: str | None = None) -> Any:
@@ -56,12 +72,16 @@ def _transpose_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(s[p] for p in perm), dtypes[0]
 
 
-def _transpose_grad(op: Any, g: Any) -> list:
-    perm = op.attrs["perm"]
-    return [transpose(g, None if perm is None else [int(i) for i in np.argsort(perm)])]
+def _transpose_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return np.transpose(inputs[0], attrs["perm"])
 
 
-register("Transpose", _transpose_infer, lambda xs, a, s: np.transpose(xs[0], a["perm"]), grad=_transpose_grad)
+def _transpose_grad(op: Any, grad: Any) -> list:
+    perm = op.attrs["perm"]  # the inverse permutation puts the axes back
+    return [transpose(grad, None if perm is None else [int(i) for i in np.argsort(perm)])]
+
+
+register("Transpose", infer=_transpose_infer, kernel=_transpose_kernel, grad=_transpose_grad)
 
 
 def transpose(x: Any, perm: Sequence[int] | None = None, name: str | None = None) -> Any:
@@ -88,19 +108,31 @@ def _concat_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(out), dt
 
 
-def _concat_slice_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
-    g, parts = xs[0], xs[1:]
-    ax = a["axis"] % g.ndim
-    start = sum(p.shape[ax] for p in parts[: a["index"]])
+def _concat_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return np.concatenate(inputs, axis=attrs["axis"])
+
+
+def _concat_grad(op: Any, grad: Any) -> list:
+    """Input ``i`` gets its own slice of the gradient along the concat axis."""
+    return [apply_op("ConcatSlice", [grad, *op.inputs], {"axis": op.attrs["axis"], "index": i})
+            for i in range(len(op.inputs))]
+
+
+def _concat_slice_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    return shapes[1 + attrs["index"]], dtypes[0]
+
+
+def _concat_slice_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    g, parts = inputs[0], inputs[1:]
+    ax = attrs["axis"] % g.ndim
+    start = sum(p.shape[ax] for p in parts[: attrs["index"]])
     idx = [slice(None)] * g.ndim
-    idx[ax] = slice(start, start + parts[a["index"]].shape[ax])
+    idx[ax] = slice(start, start + parts[attrs["index"]].shape[ax])
     return g[tuple(idx)]
 
 
-register("Concat", _concat_infer, lambda xs, a, s: np.concatenate(xs, axis=a["axis"]), grad=lambda op, g: [
-    apply_op("ConcatSlice", [g, *op.inputs], {"axis": op.attrs["axis"], "index": i}) for i in range(len(op.inputs))])
-register("ConcatSlice", lambda s, d, a: (s[1 + a["index"]], d[0]), _concat_slice_kernel,
-         grad=None)  # used only inside gradients
+register("Concat", infer=_concat_infer, kernel=_concat_kernel, grad=_concat_grad)
+register("ConcatSlice", infer=_concat_slice_infer, kernel=_concat_slice_kernel)  # used only inside gradients
 
 
 def concat(values: Sequence[Any], axis: int, name: str | None = None) -> Any:
@@ -118,16 +150,25 @@ def _gather_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(i) + tuple(p[1:]), dtypes[0]
 
 
-def _gather_grad_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
-    g, idx, params = xs
+def _gather_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    params, indices = inputs
+    return np.take(params, indices, axis=0)
+
+
+def _gather_grad(op: Any, grad: Any) -> list:
+    params, indices = op.inputs
+    return [apply_op("GatherGrad", [grad, indices, params]), None]
+
+
+def _gather_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    g, idx, params = inputs
     out = np.zeros(params.shape, dtype=g.dtype)
     np.add.at(out, idx, g)  # repeated ids add up: the embedding row was used twice
     return out
 
 
-register("Gather", _gather_infer, lambda xs, a, s: np.take(xs[0], xs[1], axis=0), grad=lambda op, g: [
-    apply_op("GatherGrad", [g, op.inputs[1], op.inputs[0]]), None])
-register("GatherGrad", lambda s, d, a: (s[2], d[0]), _gather_grad_kernel)
+register("Gather", infer=_gather_infer, kernel=_gather_kernel, grad=_gather_grad)
+register("GatherGrad", infer=like_input(shape_of=2, dtype_of=0), kernel=_gather_grad_kernel)
 
 
 def gather(params: Any, indices: Any, name: str | None = None) -> Any:

@@ -137,7 +137,11 @@ def _const_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(attrs["value"].shape), attrs["value"].dtype.name
 
 
-register("Const", _const_infer, lambda xs, a, s: a["value"], grad=NO_GRADIENT)
+def _const_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    return attrs["value"]
+
+
+register("Const", infer=_const_infer, kernel=_const_kernel, grad=NO_GRADIENT)
 
 
 def constant(value: Any, dtype: str | None = None, name: str | None = None, graph: Graph | None = None) -> Any:

@@ -1,13 +1,19 @@
 """Arithmetic: elementwise binary and unary ops, matmul, reductions, and the helper ops
 their gradients are built from (``sum_to`` undoes broadcasting, ``broadcast_like`` undoes a
-reduction)."""
+reduction).
+
+Each op is a kernel (NumPy), a shape function and a gradient function, registered once. A
+gradient function has the shape of TensorFlow's ``@RegisterGradient`` ones: it gets the
+forward op (its ``inputs``, ``outputs`` and ``attrs``) and the gradient of the op's output,
+and returns one gradient per input, built from the same front-end ops.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..registry import NO_GRADIENT, ShapeError, register
+from ..registry import NO_GRADIENT, ShapeError, like_input, numpy_kernel, register
 from .array import transpose
 from .dispatch import (FLOATS, _axes, _binary_infer, _compare_infer, _float_unary_infer, _norm_axis,
                        _reduce_infer, _same_dtype, _unary_infer, apply_op)
@@ -24,8 +30,17 @@ def _sum_to(x: np.ndarray, shape: tuple) -> np.ndarray:
     return x.sum(axis=axes, keepdims=True).reshape(shape) if axes else x.reshape(shape)
 
 
-register("SumToShapeOf", lambda s, d, a: (s[1], d[0]), lambda xs, a, st: _sum_to(xs[0], xs[1].shape),
-         grad=lambda op, g: [broadcast_like(g, op.inputs[0]), None])
+def _sum_to_shape_of_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    grad, like = inputs
+    return _sum_to(grad, like.shape)
+
+
+def _sum_to_shape_of_grad(op: Any, grad: Any) -> list:
+    return [broadcast_like(grad, op.inputs[0]), None]
+
+
+register("SumToShapeOf", infer=like_input(shape_of=1, dtype_of=0), kernel=_sum_to_shape_of_kernel,
+         grad=_sum_to_shape_of_grad)
 
 
 def sum_to(g: Any, x: Any) -> Any:
@@ -35,24 +50,25 @@ def sum_to(g: Any, x: Any) -> Any:
     return apply_op("SumToShapeOf", [g, x])
 
 
-def _broadcast_like_kernel(xs: list, a: dict, st: dict) -> np.ndarray:
-    g, x = xs
-    if a["axis"] is not None or not a["keepdims"]:
-        axes = _axes(a["axis"], x.ndim)
-        if not a["keepdims"]:
+def _broadcast_like_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    g, x = inputs
+    if attrs["axis"] is not None or not attrs["keepdims"]:
+        axes = _axes(attrs["axis"], x.ndim)
+        if not attrs["keepdims"]:
             g = np.expand_dims(g, axes)
     out = np.broadcast_to(g, x.shape)
-    if a["mean"]:
+    if attrs["mean"]:
         out = out * (np.asarray(g).size / max(x.size, 1))
     return out
 
 
-def _broadcast_like_grad(op: Any, g: Any) -> list:
-    f = reduce_mean if op.attrs["mean"] else reduce_sum
-    return [f(g, op.attrs["axis"], op.attrs["keepdims"]), None]
+def _broadcast_like_grad(op: Any, grad: Any) -> list:
+    reduce = reduce_mean if op.attrs["mean"] else reduce_sum
+    return [reduce(grad, op.attrs["axis"], op.attrs["keepdims"]), None]
 
 
-register("BroadcastLike", lambda s, d, a: (s[1], d[0]), _broadcast_like_kernel, grad=_broadcast_like_grad)
+register("BroadcastLike", infer=like_input(shape_of=1, dtype_of=0), kernel=_broadcast_like_kernel,
+         grad=_broadcast_like_grad)
 
 
 def broadcast_like(g: Any, x: Any, axis: Any = None, keepdims: bool = True, mean: bool = False) -> Any:
@@ -63,17 +79,31 @@ def broadcast_like(g: Any, x: Any, axis: Any = None, keepdims: bool = True, mean
     return apply_op("BroadcastLike", [g, x], {"axis": _norm_axis(axis), "keepdims": keepdims, "mean": mean})
 
 
-register("OnesLike", _unary_infer, lambda xs, a, s: np.ones_like(xs[0]), grad=NO_GRADIENT)
+register("OnesLike", infer=_unary_infer, kernel=numpy_kernel(np.ones_like), grad=NO_GRADIENT)
 
 
 def ones_like(x: Any) -> Any:
     return apply_op("OnesLike", [as_tensor(x)])
 
 
-register("Cast", lambda s, d, a: (s[0], a["dtype"]), lambda xs, a, s: xs[0].astype(a["dtype"]),
-         grad=lambda op, g: [cast(g, op.inputs[0].dtype) if op.inputs[0].dtype in FLOATS else None])
-register("GreaterEqual", _compare_infer, lambda xs, a, s: xs[0] >= xs[1], grad=NO_GRADIENT)
-register("Equal", _compare_infer, lambda xs, a, s: xs[0] == xs[1], grad=NO_GRADIENT)
+# ---------------------------------------------------------------- casts and comparisons
+def _cast_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    return shapes[0], attrs["dtype"]
+
+
+def _cast_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return inputs[0].astype(attrs["dtype"])
+
+
+def _cast_grad(op: Any, grad: Any) -> list:
+    x = op.inputs[0]
+    return [cast(grad, x.dtype) if x.dtype in FLOATS else None]  # back to the input's precision
+
+
+register("Cast", infer=_cast_infer, kernel=_cast_kernel, grad=_cast_grad)
+register("GreaterEqual", infer=_compare_infer, kernel=numpy_kernel(np.greater_equal), grad=NO_GRADIENT)
+register("Equal", infer=_compare_infer, kernel=numpy_kernel(np.equal), grad=NO_GRADIENT)
+register("Sign", infer=_unary_infer, kernel=numpy_kernel(np.sign), grad=NO_GRADIENT)
 
 
 def cast(x: Any, dtype: str) -> Any:
@@ -88,30 +118,69 @@ def equal(x: Any, y: Any) -> Any:
     return apply_op("Equal", [as_tensor(x), as_tensor(y)])
 
 
+def sign(x: Any, name: str | None = None) -> Any:
+    """-1, 0 or 1 by the sign of each element (FTRL's soft threshold uses it); no gradient."""
+    return apply_op("Sign", [as_tensor(x)], name=name)
+
+
+def _all_finite_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    for d in dtypes:
+        if d not in FLOATS:
+            raise ShapeError(f"needs floating-point inputs, got {d}")
+    return (), "bool"
+
+
+def _all_finite_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return np.asarray(all(bool(np.isfinite(x).all()) for x in inputs))
+
+
+# [x1, x2, ...] -> True if every element of every input is finite (dynamic loss scaling's check)
+register("AllFinite", infer=_all_finite_infer, kernel=_all_finite_kernel)
+
+
+def all_finite(tensors: list) -> Any:
+    """A boolean scalar: are all elements of ``tensors`` finite (no inf, no NaN)?"""
+    return apply_op("AllFinite", [as_tensor(t) for t in tensors])
+
+
 # ---------------------------------------------------------------- elementwise binary ops
-def _bin(type: str, kernel: Any, grad: Any) -> None:
-    register(type, _binary_infer, lambda xs, a, s: kernel(xs[0], xs[1]), grad=grad)
+def _add_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs
+    return [sum_to(grad, a), sum_to(grad, b)]
 
 
-_bin("Add", np.add, lambda op, g: [sum_to(g, op.inputs[0]), sum_to(g, op.inputs[1])])
-_bin("Sub", np.subtract, lambda op, g: [sum_to(g, op.inputs[0]), sum_to(neg(g), op.inputs[1])])
-_bin("Mul", np.multiply, lambda op, g: [sum_to(g * op.inputs[1], op.inputs[0]),
-                                        sum_to(g * op.inputs[0], op.inputs[1])])
-_bin("RealDiv", np.divide, lambda op, g: [
-    sum_to(g / op.inputs[1], op.inputs[0]),
-    sum_to(neg(g) * op.inputs[0] / square(op.inputs[1]), op.inputs[1])])
-_bin("Pow", np.power, lambda op, g: [
-    sum_to(g * op.inputs[1] * pow(op.inputs[0], op.inputs[1] - 1), op.inputs[0]),
-    sum_to(g * op.outputs[0] * log(op.inputs[0]), op.inputs[1])])
+def _sub_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs
+    return [sum_to(grad, a), sum_to(neg(grad), b)]
 
 
-def _maximum_grad(op: Any, g: Any) -> list:
+def _mul_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs
+    return [sum_to(grad * b, a), sum_to(grad * a, b)]
+
+
+def _real_div_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs
+    return [sum_to(grad / b, a), sum_to(neg(grad) * a / square(b), b)]
+
+
+def _pow_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs
+    return [sum_to(grad * b * pow(a, b - 1), a), sum_to(grad * op.outputs[0] * log(a), b)]
+
+
+def _maximum_grad(op: Any, grad: Any) -> list:
     x, y = op.inputs
-    mask = cast(greater_equal(x, y), g.dtype)  # ties send the gradient to x, as TensorFlow does
-    return [sum_to(g * mask, x), sum_to(g * (1 - mask), y)]
+    mask = cast(greater_equal(x, y), grad.dtype)  # ties send the gradient to x, as TensorFlow does
+    return [sum_to(grad * mask, x), sum_to(grad * (1 - mask), y)]
 
 
-_bin("Maximum", np.maximum, _maximum_grad)
+register("Add", infer=_binary_infer, kernel=numpy_kernel(np.add), grad=_add_grad)
+register("Sub", infer=_binary_infer, kernel=numpy_kernel(np.subtract), grad=_sub_grad)
+register("Mul", infer=_binary_infer, kernel=numpy_kernel(np.multiply), grad=_mul_grad)
+register("RealDiv", infer=_binary_infer, kernel=numpy_kernel(np.divide), grad=_real_div_grad)
+register("Pow", infer=_binary_infer, kernel=numpy_kernel(np.power), grad=_pow_grad)
+register("Maximum", infer=_binary_infer, kernel=numpy_kernel(np.maximum), grad=_maximum_grad)
 
 
 def add(x: Any, y: Any, name: str | None = None) -> Any:
@@ -139,12 +208,20 @@ def maximum(x: Any, y: Any, name: str | None = None) -> Any:
 
 
 # ---------------------------------------------------------------- elementwise unary ops
-def _relu_grad_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
-    return xs[0] * (xs[1] > 0)
+def _relu_grad_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    return shapes[0], _same_dtype(dtypes)
 
 
-register("ReluGrad", lambda s, d, a: (s[0], _same_dtype(d)), _relu_grad_kernel,
-         grad=lambda op, g: [relu_grad(g, op.inputs[1]), None])
+def _relu_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    grad, x = inputs
+    return grad * (x > 0)
+
+
+def _relu_grad_grad(op: Any, grad: Any) -> list:
+    return [relu_grad(grad, op.inputs[1]), None]
+
+
+register("ReluGrad", infer=_relu_grad_infer, kernel=_relu_grad_kernel, grad=_relu_grad_grad)
 
 
 def relu_grad(g: Any, x: Any) -> Any:
@@ -156,24 +233,51 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 0.5 * (np.tanh(0.5 * x) + 1)  # no overflow for large |x|
 
 
-_UNARY = {
-    "Neg": (_unary_infer, np.negative, lambda op, g: [neg(g)]),
-    "Exp": (_float_unary_infer, np.exp, lambda op, g: [g * op.outputs[0]]),
-    "Log": (_float_unary_infer, np.log, lambda op, g: [g / op.inputs[0]]),
-    "Tanh": (_float_unary_infer, np.tanh, lambda op, g: [g * (1 - square(op.outputs[0]))]),
-    "Sigmoid": (_float_unary_infer, _sigmoid, lambda op, g: [g * op.outputs[0] * (1 - op.outputs[0])]),
-    "Relu": (_unary_infer, lambda x: np.maximum(x, 0), lambda op, g: [relu_grad(g, op.inputs[0])]),
-    "Square": (_unary_infer, np.square, lambda op, g: [g * (2 * op.inputs[0])]),
-    "Sqrt": (_float_unary_infer, np.sqrt, lambda op, g: [g * 0.5 / op.outputs[0]]),
-}
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0)
 
 
-def _unary_kernel(fn: Any) -> Any:
-    return lambda xs, a, s: fn(xs[0])
+def _neg_grad(op: Any, grad: Any) -> list:
+    return [neg(grad)]
 
 
-for _t, (_inf, _k, _g) in _UNARY.items():
-    register(_t, _inf, _unary_kernel(_k), grad=_g)
+def _exp_grad(op: Any, grad: Any) -> list:
+    return [grad * op.outputs[0]]                      # d e^x = e^x
+
+
+def _log_grad(op: Any, grad: Any) -> list:
+    return [grad / op.inputs[0]]                       # d log x = 1 / x
+
+
+def _tanh_grad(op: Any, grad: Any) -> list:
+    return [grad * (1 - square(op.outputs[0]))]        # d tanh x = 1 - tanh² x
+
+
+def _sigmoid_grad(op: Any, grad: Any) -> list:
+    y = op.outputs[0]
+    return [grad * y * (1 - y)]                        # d σ(x) = σ(x) (1 - σ(x))
+
+
+def _relu_grad_fn(op: Any, grad: Any) -> list:
+    return [relu_grad(grad, op.inputs[0])]
+
+
+def _square_grad(op: Any, grad: Any) -> list:
+    return [grad * (2 * op.inputs[0])]
+
+
+def _sqrt_grad(op: Any, grad: Any) -> list:
+    return [grad * 0.5 / op.outputs[0]]                # d √x = 1 / (2 √x)
+
+
+register("Neg", infer=_unary_infer, kernel=numpy_kernel(np.negative), grad=_neg_grad)
+register("Exp", infer=_float_unary_infer, kernel=numpy_kernel(np.exp), grad=_exp_grad)
+register("Log", infer=_float_unary_infer, kernel=numpy_kernel(np.log), grad=_log_grad)
+register("Tanh", infer=_float_unary_infer, kernel=numpy_kernel(np.tanh), grad=_tanh_grad)
+register("Sigmoid", infer=_float_unary_infer, kernel=numpy_kernel(_sigmoid), grad=_sigmoid_grad)
+register("Relu", infer=_unary_infer, kernel=numpy_kernel(_relu), grad=_relu_grad_fn)
+register("Square", infer=_unary_infer, kernel=numpy_kernel(np.square), grad=_square_grad)
+register("Sqrt", infer=_float_unary_infer, kernel=numpy_kernel(np.sqrt), grad=_sqrt_grad)
 
 
 def neg(x: Any, name: str | None = None) -> Any: return apply_op("Neg", [as_tensor(x)], name=name)
@@ -199,8 +303,15 @@ def _matmul_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (a[0], b[1]), dt
 
 
-register("MatMul", _matmul_infer, lambda xs, a, s: xs[0] @ xs[1], grad=lambda op, g: [
-    matmul(g, transpose(op.inputs[1])), matmul(transpose(op.inputs[0]), g)])
+# --8<-- [start:matmul]
+def _matmul_grad(op: Any, grad: Any) -> list:
+    a, b = op.inputs                                   # y = a @ b
+    return [matmul(grad, transpose(b)),                # dL/da = dL/dy @ bᵀ
+            matmul(transpose(a), grad)]                # dL/db = aᵀ @ dL/dy
+
+
+register("MatMul", infer=_matmul_infer, kernel=numpy_kernel(np.matmul), grad=_matmul_grad)
+# --8<-- [end:matmul]
 
 
 def matmul(a: Any, b: Any, name: str | None = None) -> Any:
@@ -209,23 +320,33 @@ def matmul(a: Any, b: Any, name: str | None = None) -> Any:
 
 
 # ---------------------------------------------------------------- reductions
-register("Sum", _reduce_infer, lambda xs, a, s: np.sum(xs[0], axis=_axes(a["axis"], xs[0].ndim),
-                                                       keepdims=a["keepdims"]),
-         grad=lambda op, g: [broadcast_like(g, op.inputs[0], op.attrs["axis"], op.attrs["keepdims"])])
-register("Mean", _reduce_infer, lambda xs, a, s: np.mean(xs[0], axis=_axes(a["axis"], xs[0].ndim),
-                                                         keepdims=a["keepdims"]),
-         grad=lambda op, g: [broadcast_like(g, op.inputs[0], op.attrs["axis"], op.attrs["keepdims"], mean=True)])
+def _reduction_kernel(fn: Any) -> Any:
+    """The kernel of a reduction ``fn`` (np.sum, np.mean, np.max) over ``attrs["axis"]``."""
+    def kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+        x = inputs[0]
+        return fn(x, axis=_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdims"])
+    kernel.__name__ = kernel.__qualname__ = f"reduction_kernel({fn.__name__})"
+    return kernel
 
 
-def _max_grad(op: Any, g: Any) -> list:
-    x, ax, kd = op.inputs[0], op.attrs["axis"], op.attrs["keepdims"]
-    mask = cast(equal(x, broadcast_like(op.outputs[0], x, ax, kd)), g.dtype)
-    count = broadcast_like(reduce_sum(mask, ax, True), x, ax, True)
-    return [broadcast_like(g, x, ax, kd) * mask / count]  # ties share the gradient equally
+def _sum_grad(op: Any, grad: Any) -> list:
+    return [broadcast_like(grad, op.inputs[0], op.attrs["axis"], op.attrs["keepdims"])]
 
 
-register("Max", _reduce_infer, lambda xs, a, s: np.max(xs[0], axis=_axes(a["axis"], xs[0].ndim),
-                                                       keepdims=a["keepdims"]), grad=_max_grad)
+def _mean_grad(op: Any, grad: Any) -> list:
+    return [broadcast_like(grad, op.inputs[0], op.attrs["axis"], op.attrs["keepdims"], mean=True)]
+
+
+def _max_grad(op: Any, grad: Any) -> list:
+    x, axis, keepdims = op.inputs[0], op.attrs["axis"], op.attrs["keepdims"]
+    mask = cast(equal(x, broadcast_like(op.outputs[0], x, axis, keepdims)), grad.dtype)
+    count = broadcast_like(reduce_sum(mask, axis, True), x, axis, True)
+    return [broadcast_like(grad, x, axis, keepdims) * mask / count]  # ties share the gradient equally
+
+
+register("Sum", infer=_reduce_infer, kernel=_reduction_kernel(np.sum), grad=_sum_grad)
+register("Mean", infer=_reduce_infer, kernel=_reduction_kernel(np.mean), grad=_mean_grad)
+register("Max", infer=_reduce_infer, kernel=_reduction_kernel(np.max), grad=_max_grad)
 
 
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Any:

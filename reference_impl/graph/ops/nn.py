@@ -5,7 +5,7 @@ from typing import Any
 
 import numpy as np
 
-from ..registry import ShapeError, register
+from ..registry import ShapeError, like_input, register
 from .array import reshape
 from .dispatch import FLOATS, INTS, _axes, _float_unary_infer, apply_op
 from .math import exp, reduce_sum
@@ -29,10 +29,26 @@ def _axis_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return _float_unary_infer(shapes, dtypes, attrs)
 
 
-register("Softmax", _axis_infer, lambda xs, a, s: _softmax(xs[0], a["axis"]), grad=lambda op, g: [
-    op.outputs[0] * (g - reduce_sum(g * op.outputs[0], op.attrs["axis"], keepdims=True))])
-register("LogSoftmax", _axis_infer, lambda xs, a, s: _log_softmax(xs[0], a["axis"]), grad=lambda op, g: [
-    g - exp(op.outputs[0]) * reduce_sum(g, op.attrs["axis"], keepdims=True)])
+def _softmax_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return _softmax(inputs[0], attrs["axis"])
+
+
+def _softmax_grad(op: Any, grad: Any) -> list:
+    y = op.outputs[0]  # dL/dx = y * (dL/dy - sum(dL/dy * y))
+    return [y * (grad - reduce_sum(grad * y, op.attrs["axis"], keepdims=True))]
+
+
+def _log_softmax_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    return _log_softmax(inputs[0], attrs["axis"])
+
+
+def _log_softmax_grad(op: Any, grad: Any) -> list:
+    softmax_of_x = exp(op.outputs[0])  # dL/dx = dL/dy - softmax(x) * sum(dL/dy)
+    return [grad - softmax_of_x * reduce_sum(grad, op.attrs["axis"], keepdims=True)]
+
+
+register("Softmax", infer=_axis_infer, kernel=_softmax_kernel, grad=_softmax_grad)
+register("LogSoftmax", infer=_axis_infer, kernel=_log_softmax_kernel, grad=_log_softmax_grad)
 
 
 def softmax(x: Any, axis: int = -1, name: str | None = None) -> Any:
@@ -56,21 +72,25 @@ def _xent_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (None if logits is None else (logits[0],)), dtypes[0]
 
 
-def _xent_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
-    logits, labels = xs
+def _xent_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    logits, labels = inputs
     return -_log_softmax(logits, -1)[np.arange(len(labels)), labels]
 
 
-def _xent_grad_kernel(xs: list, a: dict, s: dict) -> np.ndarray:
-    logits, labels = xs
+def _xent_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+    logits, labels = inputs
     p = _softmax(logits, -1)
     p[np.arange(len(labels)), labels] -= 1
     return p
 
 
-register("SparseSoftmaxCrossEntropyWithLogits", _xent_infer, _xent_kernel, grad=lambda op, g: [
-    reshape(g, [-1, 1]) * apply_op("SparseSoftmaxCrossEntropyGrad", op.inputs), None])
-register("SparseSoftmaxCrossEntropyGrad", lambda s, d, a: (s[0], d[0]), _xent_grad_kernel)
+def _xent_grad(op: Any, grad: Any) -> list:
+    """Per example, (softmax(logits) - onehot(label)) times that example's incoming gradient."""
+    return [reshape(grad, [-1, 1]) * apply_op("SparseSoftmaxCrossEntropyGrad", op.inputs), None]
+
+
+register("SparseSoftmaxCrossEntropyWithLogits", infer=_xent_infer, kernel=_xent_kernel, grad=_xent_grad)
+register("SparseSoftmaxCrossEntropyGrad", infer=like_input(shape_of=0, dtype_of=0), kernel=_xent_grad_kernel)
 
 
 def sparse_softmax_cross_entropy(labels: Any, logits: Any, name: str | None = None) -> Any:

@@ -18,12 +18,16 @@ from .dispatch import _same_dtype, _unary_infer, apply_op, constant
 
 
 # ---------------------------------------------------------------- placeholders, variables
-def _placeholder_kernel(xs: list, attrs: dict, state: dict) -> Any:
+def _placeholder_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     raise GraphError("a placeholder must be fed a value")
 
 
-register("Placeholder", lambda s, d, a: (None if a["shape"] is None else tuple(a["shape"]), a["dtype"]),
-         _placeholder_kernel, grad=NO_GRADIENT, stateful=True)
+def _declared_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    """Shape and dtype as declared in the op's attributes (``shape`` may be None: unknown)."""
+    return (None if attrs["shape"] is None else tuple(attrs["shape"])), attrs["dtype"]
+
+
+register("Placeholder", infer=_declared_infer, kernel=_placeholder_kernel, grad=NO_GRADIENT, stateful=True)
 
 
 def placeholder(dtype: str, shape: Sequence[int | None] | None = None, name: str | None = None) -> Tensor:
@@ -48,13 +52,13 @@ class Uninitialised:
                           "run its initializer (or global_variables_initializer()) first")
 
 
-def _variable_kernel(xs: list, attrs: dict, state: dict) -> Any:
+def _variable_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     name = attrs["shared_name"]
     return state[name] if name in state else Uninitialised(name)
 
 
-register("VariableV2", lambda s, d, a: (tuple(a["shape"]), a["dtype"]), _variable_kernel,
-         grad=NO_GRADIENT, stateful=True, reads_state=True)
+register("VariableV2", infer=_declared_infer, kernel=_variable_kernel, grad=NO_GRADIENT, stateful=True,
+         reads_state=True)
 
 
 def _ref_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
@@ -65,31 +69,31 @@ def _ref_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return shapes[0], _same_dtype(dtypes)
 
 
-def _assign_kernel(xs: list, attrs: dict, state: dict) -> Any:
-    state[attrs["shared_name"]] = np.array(xs[1], copy=True)
+def _assign_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    state[attrs["shared_name"]] = np.array(inputs[1], copy=True)
     return state[attrs["shared_name"]]
 
 
-def _assign_add_kernel(xs: list, attrs: dict, state: dict) -> Any:
+def _assign_add_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     name = attrs["shared_name"]
     if name not in state:
         raise Uninitialised(name).error()
-    state[name] = state[name] + xs[1]
+    state[name] = state[name] + inputs[1]
     return state[name]
 
 
-def _assign_sub_kernel(xs: list, attrs: dict, state: dict) -> Any:
+def _assign_sub_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     name = attrs["shared_name"]
     if name not in state:
         raise Uninitialised(name).error()
-    state[name] = state[name] - xs[1]
+    state[name] = state[name] - inputs[1]
     return state[name]
 
 
 # A new array per update (not in place): ops that read the old value in the same step keep it.
-register("Assign", _ref_infer, _assign_kernel, stateful=True, reads_state=True)
-register("AssignAdd", _ref_infer, _assign_add_kernel, stateful=True, reads_state=True)
-register("AssignSub", _ref_infer, _assign_sub_kernel, stateful=True, reads_state=True)
+register("Assign", infer=_ref_infer, kernel=_assign_kernel, stateful=True, reads_state=True)
+register("AssignAdd", infer=_ref_infer, kernel=_assign_add_kernel, stateful=True, reads_state=True)
+register("AssignSub", infer=_ref_infer, kernel=_assign_sub_kernel, stateful=True, reads_state=True)
 
 
 class Variable:
@@ -179,8 +183,24 @@ def global_variables_initializer(graph: Graph | None = None) -> Operation:
 
 
 # ---------------------------------------------------------------- control: identity, no_op, group
-register("Identity", _unary_infer, lambda xs, a, s: xs[0], grad=lambda op, g: [g])
-register("NoOp", lambda s, d, a: (None, None), lambda xs, a, s: None, stateful=True, num_outputs=0)
+def _identity_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    return inputs[0]
+
+
+def _identity_grad(op: Any, grad: Any) -> list:
+    return [grad]
+
+
+def _no_output_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
+    return None, None
+
+
+def _no_op_kernel(inputs: list, attrs: dict, state: dict) -> None:
+    return None
+
+
+register("Identity", infer=_unary_infer, kernel=_identity_kernel, grad=_identity_grad)
+register("NoOp", infer=_no_output_infer, kernel=_no_op_kernel, stateful=True, num_outputs=0)
 
 
 def identity(x: Any, name: str | None = None) -> Any:
@@ -198,3 +218,16 @@ def group(*inputs: Any, name: str | None = None) -> Operation:
     graph = ops[0].graph if ops else get_default_graph()
     with graph.as_default():
         return apply_op("NoOp", [], name=name or "group_deps", control_inputs=ops)
+
+
+# ---------------------------------------------------------------- _Send and _Recv
+def _executor_only(inputs: list, attrs: dict, state: dict) -> None:
+    raise GraphError("_Send/_Recv are run by a partition executor (reference_impl.runtime.executor), "
+                     "which connects them to a rendezvous")
+
+
+# Partitioning (graph/partition.py) puts a _Send/_Recv pair on every edge it cuts; the executor
+# runs them against a rendezvous, so their kernels only say so if anything else tries.
+register("_Send", infer=_no_output_infer, kernel=_executor_only, stateful=True, num_outputs=0)
+register("_Recv", infer=_declared_infer, kernel=_executor_only, stateful=True)
+

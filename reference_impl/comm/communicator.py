@@ -30,11 +30,38 @@ class CommError(RuntimeError):
     """A communication failed: a peer died, a receive timed out, or a message did not fit."""
 
 
+DEFAULT_TIMEOUT_S = 60.0
+
+
 class Communicator(ABC):
-    """Blocking point-to-point messaging among ``size`` ranks (MPI semantics)."""
+    """Blocking point-to-point messaging among ``size`` ranks (MPI semantics).
+
+    Every blocking call is bounded: after ``timeout`` seconds without its message it raises
+    ``CommError`` naming the peer, so a dead or deadlocked rank ends a job instead of hanging it.
+    """
 
     rank: int
     size: int
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one blocking call may wait before it raises ``CommError``.
+
+        Set by the communicator that waits (``MPICommunicator``, a thread rank of
+        ``run_threads``); a communicator that wraps another (``inner``, or a group's ``comm``)
+        has the bound of the one it wraps."""
+        own = self.__dict__.get("_timeout")
+        if own is not None:
+            return own
+        for attr in ("inner", "comm"):
+            wrapped = getattr(self, attr, None)
+            if isinstance(wrapped, Communicator):
+                return wrapped.timeout
+        return DEFAULT_TIMEOUT_S
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._timeout = float(seconds)
 
     @abstractmethod
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
@@ -101,6 +128,7 @@ class ThreadCommunicator(Communicator):
         self._world = world
         self.rank = rank
         self.size = world.size
+        self.timeout = world.timeout  # the job's bound (run_threads' timeout)
 
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._check_peer(dest, "destination")

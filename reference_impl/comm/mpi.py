@@ -31,10 +31,9 @@ import os
 import time
 from typing import Any
 
-from .communicator import CommError, Communicator
+from .communicator import DEFAULT_TIMEOUT_S, CommError, Communicator
 
 TIMEOUT_ENV = "LAB_COMM_TIMEOUT"
-DEFAULT_TIMEOUT_S = 60.0
 SPIN_S = 5e-6  # poll without pause this long (a short message on one host takes a few us);
 # spinning longer starves the peer we wait for when there are more ranks than cores
 YIELD_S = 0.1  # then give the CPU away between polls; after this, sleep SLEEP_S per poll

@@ -14,6 +14,7 @@ from .executor import connect, run_partitions
 from .master import Master, MasterSession, SessionError, StepError
 from .rendezvous import Rendezvous, RendezvousError, RendezvousTimeout
 from .session import DistributedSession, run_cluster, serve_rank
-from .worker import StepRendezvous, Worker, comm_timeout
+from .mailbox import Mailbox
+from .worker import StepRendezvous, Worker
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -8,7 +8,7 @@ import pytest
 from reference_impl.comm import run_threads
 from reference_impl.comm.mpi import mpiexec_command
 from reference_impl.train.mlp import init_mlp, loss_and_grads
-from reference_impl.train.pipeline import (bubble_fraction, data_parallel_memory, gpipe_schedule, measured_bubble,
+from reference_impl.train.pipeline_parallel import (bubble_fraction, data_parallel_memory, gpipe_schedule, measured_bubble,
                                            median_cost_bubble, one_f_one_b_schedule, pipeline_step, simulate,
                                            split_layers)
 

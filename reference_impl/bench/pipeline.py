@@ -38,7 +38,7 @@ CKPT_MIB = (4, 32, 128)
 def bubble_sweep(stages: tuple[int, ...], micro: tuple[int, ...], repeats: int) -> list[dict]:
     from ..comm import run_threads
     from ..train.mlp import init_mlp
-    from ..train.pipeline import bubble_fraction, measured_bubble, median_cost_bubble, pipeline_step
+    from ..train.pipeline_parallel import bubble_fraction, measured_bubble, median_cost_bubble, pipeline_step
 
     params = init_mlp((WIDTH,) * (N_LAYERS + 1), seed=0)
     rows = []
@@ -71,7 +71,7 @@ def bubble_sweep(stages: tuple[int, ...], micro: tuple[int, ...], repeats: int) 
 def memory_sweep() -> list[dict]:
     from ..comm import run_threads
     from ..train.mlp import init_mlp
-    from ..train.pipeline import data_parallel_memory, pipeline_step
+    from ..train.pipeline_parallel import data_parallel_memory, pipeline_step
 
     params = init_mlp((WIDTH,) * (N_LAYERS + 1), seed=0)
     rows = []

@@ -20,10 +20,12 @@ used rows added in.  ``compute_gradients`` recognises that node and hands on the
 rows in the batch: it sums the values of repeated ids (``SumRows`` over ``UniqueRows``),
 gathers those rows of the variable and of every slot, runs the *same* ``update`` on them, and
 writes them back with ``ScatterUpdate``.  Rows not in the batch keep their value and their
-slots ("lazy" updates, as TensorFlow's sparse Momentum, Adagrad and FTRL kernels and its
-LazyAdam do; its plain Adam decays the moments of every row): for SGD and Adagrad
-this equals the dense update exactly; for optimisers with momentum it differs, because the
-dense update keeps moving rows whose gradient is zero.
+slots ("lazy" updates, as TensorFlow's sparse Momentum, Adagrad and FTRL kernels and
+TensorFlow Addons' ``LazyAdam`` do; TensorFlow's plain Adam decays the moments of every row
+and moves every row): for SGD and Adagrad this equals the dense update exactly; for
+optimisers with momentum or a decaying mean square (RMSProp, Adam) it differs, because the
+dense update keeps changing rows whose gradient is zero. The step count ``t`` stays global,
+as in ``LazyAdam``.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 from reference_impl.comm import MPICommunicator
 from reference_impl.train.mlp import init_mlp, loss_and_grads
-from reference_impl.train.pipeline import bubble_fraction, measured_bubble, pipeline_step
+from reference_impl.train.pipeline_parallel import bubble_fraction, measured_bubble, pipeline_step
 
 world = MPI.COMM_WORLD
 comm = MPICommunicator(world)

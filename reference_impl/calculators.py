@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from reference_impl.comm.cost_model import ALLREDUCE_TIME, LinkParams, allreduce_time, ring_allreduce
+from reference_impl.comm.cost_model import ALLREDUCE_TIME, LinkParams, allreduce_time, ring_allreduce_time
 from reference_impl.comm.simnet import INTERCONNECTS, interconnect
 
 PRECISIONS = ("fp32", "mixed")
@@ -99,7 +99,7 @@ def ps_vs_allreduce(model_bytes: float, workers: int, servers: int,
     return TrafficComparison(
         ring_bytes_per_worker=ring_each,
         ring_bytes_total=ring_each * n,
-        ring_seconds=ring_allreduce(N, n, _link(network)),
+        ring_seconds=ring_allreduce_time(N, n, _link(network)),
         ps_bytes_per_worker=N,
         ps_bytes_per_server=n * N / k,
         ps_bytes_total=2 * n * N,

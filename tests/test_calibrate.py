@@ -21,7 +21,7 @@ import pytest
 from reference_impl.comm import run_threads
 from reference_impl.comm.calibrate import calibrate, pingpong, reduction_time
 from reference_impl.comm.cost_model import (
-    FittedLinkParams, LinkParams, fit_alpha_beta, fit_gamma, fit_line, ring_allreduce,
+    FittedLinkParams, LinkParams, fit_alpha_beta, fit_gamma, fit_line, ring_allreduce_time,
 )
 
 from conftest import ROOT
@@ -163,7 +163,7 @@ def test_alpha_beta_benchmark_writes_json(tmp_path):
     link = LinkParams(fit["alpha_s"], fit["beta_s_per_byte"], fit["gamma_s_per_byte"])
     assert {(r["ranks"], r["bytes"]) for r in doc["results"]} == {(2, 64), (2, 4096)}
     for r in doc["results"]:
-        assert r["predicted_s"] == pytest.approx(ring_allreduce(r["bytes"], r["ranks"], link))
+        assert r["predicted_s"] == pytest.approx(ring_allreduce_time(r["bytes"], r["ranks"], link))
         assert r["measured_s"] > 0 and r["measured_over_predicted"] == pytest.approx(r["measured_s"] / r["predicted_s"])
 
 

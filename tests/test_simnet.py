@@ -2,7 +2,7 @@
 
 What is checked, against independent computations:
 
-* a ring allreduce on p thread ranks ends at exactly ``cost_model.ring_allreduce`` for
+* a ring allreduce on p thread ranks ends at exactly ``cost_model.ring_allreduce_time`` for
   every profile, and sends what ``CountingCommunicator`` (outside the simulation) counts;
 * the other allreduce algorithms match their closed forms on powers of two;
 * the link model: ping-pong, back-to-back sends, incast, late receivers, the barrier;
@@ -26,7 +26,7 @@ import pytest
 
 from reference_impl.comm import CountingCommunicator, allreduce, run_threads
 from reference_impl.comm.calibrate import calibrate, pingpong
-from reference_impl.comm.cost_model import LinkParams, allreduce_time, ring_allreduce
+from reference_impl.comm.cost_model import LinkParams, allreduce_time, ring_allreduce_time
 from reference_impl.comm.mpi import mpiexec_command
 from reference_impl.comm.simnet import INTERCONNECTS, Interconnect, SimulatedNetwork, interconnect
 
@@ -57,7 +57,7 @@ def test_ring_allreduce_takes_exactly_the_closed_form_time(profile, p):
         return comm.now(), out
 
     results = simulated(profile, p, step)
-    expected_time = ring_allreduce(4 * n, p, INTERCONNECTS[profile].link)
+    expected_time = ring_allreduce_time(4 * n, p, INTERCONNECTS[profile].link)
     for rank, (t, out) in enumerate(results):
         assert t == pytest.approx(expected_time, rel=1e-12, abs=0), (rank, t, expected_time)
         assert np.array_equal(out, np.sum(inputs, axis=0)), rank
@@ -214,7 +214,7 @@ def test_mpi_ranks_give_exactly_the_simulated_times_of_thread_ranks(n_ranks):
         assert mpi_rank["readings"] == thread_rank["readings"]  # bit for bit
     # and the first reading (1024 n float32 elements: even chunks) is the ring's closed form
     assert over_mpi[0]["readings"][0] == pytest.approx(
-        ring_allreduce(4 * 1024 * n_ranks, n_ranks, INTERCONNECTS["10GbE"].link), rel=1e-12)
+        ring_allreduce_time(4 * 1024 * n_ranks, n_ranks, INTERCONNECTS["10GbE"].link), rel=1e-12)
 
 
 # --------------------------------------------------------------------------- sleep timing
@@ -304,7 +304,7 @@ def test_interconnects_benchmark_writes_json(tmp_path):
     for r in doc["results"]:
         if r["kind"] == "model":
             link = INTERCONNECTS[r["profile"]].link
-            assert r["time_s"] == pytest.approx(ring_allreduce(r["bytes"], r["ranks"], link))
+            assert r["time_s"] == pytest.approx(ring_allreduce_time(r["bytes"], r["ranks"], link))
         if r["kind"] == "simulated":
             assert r["time_s"] == pytest.approx(r["model_s"], rel=1e-9)
 

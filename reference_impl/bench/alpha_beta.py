@@ -10,7 +10,7 @@
    does (barrier, call, slowest rank, median over repeats).
 
 The driver fits ``t = α + m·β`` to (1) and ``γ`` to (2) (``cost_model.fit_alpha_beta``,
-``fit_gamma``), predicts (3) with ``cost_model.ring_allreduce`` and stores measured and
+``fit_gamma``), predicts (3) with ``cost_model.ring_allreduce_time`` and stores measured and
 predicted times side by side, in ``bench-results/alpha_beta.json`` (with ``--publish``, the
 site's ``docs/assets/bench/alpha_beta.json``).
 """
@@ -105,16 +105,16 @@ def fit(pingpong_rows: list[dict], reduction_rows: list[dict]) -> dict[str, floa
 
 def predict(rows: list[dict], params: dict[str, float]) -> list[dict]:
     """Measured allreduce rows, each with the ring's predicted time (with and without γ)."""
-    from ..comm.cost_model import LinkParams, ring_allreduce
+    from ..comm.cost_model import LinkParams, ring_allreduce_time
 
     link = LinkParams(params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"])
     no_gamma = LinkParams(params["alpha_s"], params["beta_s_per_byte"])
     out = []
     for r in rows:
-        predicted = ring_allreduce(r["bytes"], r["ranks"], link)
+        predicted = ring_allreduce_time(r["bytes"], r["ranks"], link)
         out.append({
             "ranks": r["ranks"], "bytes": r["bytes"], "measured_s": r["time_s"],
-            "predicted_s": predicted, "predicted_alpha_beta_s": ring_allreduce(r["bytes"], r["ranks"], no_gamma),
+            "predicted_s": predicted, "predicted_alpha_beta_s": ring_allreduce_time(r["bytes"], r["ranks"], no_gamma),
             "measured_over_predicted": r["time_s"] / predicted, "repeats": r["repeats"],
         })
     return out

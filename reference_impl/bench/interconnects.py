@@ -4,7 +4,7 @@
 gradient allreduce would cost on 10/25/100 Gb Ethernet (TCP), RoCE and InfiniBand HDR/NDR
 (the profiles of ``comm/simnet.py``), in two ways that must agree:
 
-1. **closed form** (``cost_model.ring_allreduce``) on 8, 64 and 512 ranks, every size;
+1. **closed form** (``cost_model.ring_allreduce_time``) on 8, 64 and 512 ranks, every size;
 2. **simulated runs**: the real ring allreduce on 2, 4 and 8 thread ranks, each wrapped in
    a ``SimulatedNetwork`` with a virtual clock, for sizes up to 16 MiB (the arrays are
    real, so memory bounds the size). The simulated time must equal the closed form to
@@ -56,7 +56,7 @@ def simulated_ring_time(profile: str, ranks: int, n_bytes: int) -> tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..comm.cost_model import ring_allreduce
+    from ..comm.cost_model import ring_allreduce_time
     from ..comm.simnet import INTERCONNECTS
 
     parser = bench_parser("interconnects", __doc__)
@@ -88,14 +88,14 @@ def main(argv: list[str] | None = None) -> int:
             link = INTERCONNECTS[name].link
             for ranks in MODEL_RANKS:
                 for n_bytes in all_sizes:
-                    t = ring_allreduce(n_bytes, ranks, link)
+                    t = ring_allreduce_time(n_bytes, ranks, link)
                     rows.append({"kind": "model", "profile": name, "ranks": ranks, "bytes": n_bytes,
                                  "time_s": t, "latency_share": 2 * (ranks - 1) * link.alpha / t})
             for ranks in SIM_RANKS:
                 progress.set_postfix(profile=name, ranks=ranks)
                 for n_bytes in sim_sizes:
                     simulated, sent = simulated_ring_time(name, ranks, n_bytes)
-                    model = ring_allreduce(n_bytes, ranks, link)
+                    model = ring_allreduce_time(n_bytes, ranks, link)
                     error = abs(simulated - model) / model
                     worst = max(worst, error)
                     if error > TOLERANCE or sent != 2 * (ranks - 1) * n_bytes // ranks:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress.update(1)
             for k in SPLIT_COUNTS:
                 rows.append({"kind": "split", "profile": name, "ranks": SPLIT_RANKS, "tensors": k,
-                             "bytes": SPLIT_TOTAL, "time_s": k * ring_allreduce(SPLIT_TOTAL / k, SPLIT_RANKS, link)})
+                             "bytes": SPLIT_TOTAL, "time_s": k * ring_allreduce_time(SPLIT_TOTAL / k, SPLIT_RANKS, link)})
 
     write_json(args.out, {
         "benchmark": "interconnects",

@@ -42,14 +42,14 @@ def _fold(n_bytes: float, p: int, c: LinkParams) -> float:
     return 2 * (c.alpha + n_bytes * c.beta) + n_bytes * c.gamma
 
 
-def ring_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
+def ring_allreduce_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """2(p-1) steps of n/p bytes: bandwidth-optimal, latency linear in p."""
     if p == 1:
         return 0.0
     return 2 * (p - 1) * c.alpha + 2 * (p - 1) / p * n_bytes * c.beta + (p - 1) / p * n_bytes * c.gamma
 
 
-def recursive_doubling_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
+def recursive_doubling_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """log2(p) exchanges of the whole array: fewest steps, most bytes."""
     if p == 1:
         return 0.0
@@ -57,7 +57,7 @@ def recursive_doubling_allreduce(n_bytes: float, p: int, c: LinkParams) -> float
     return k * (c.alpha + n_bytes * c.beta + n_bytes * c.gamma) + _fold(n_bytes, p, c)
 
 
-def rabenseifner_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
+def rabenseifner_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """Recursive-halving reduce-scatter + recursive-doubling allgather: 2 log2(p) steps, ring's bytes."""
     if p == 1:
         return 0.0
@@ -71,7 +71,7 @@ def rabenseifner_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
     )
 
 
-def tree_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
+def tree_allreduce_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """Binomial-tree reduce to rank 0, then binomial-tree broadcast: 2 ceil(log2 p) full messages."""
     if p == 1:
         return 0.0
@@ -80,29 +80,29 @@ def tree_allreduce(n_bytes: float, p: int, c: LinkParams) -> float:
 
 
 ALLREDUCE_TIME = {
-    "ring": ring_allreduce,
-    "recursive_doubling": recursive_doubling_allreduce,
-    "rabenseifner": rabenseifner_allreduce,
-    "tree": tree_allreduce,
+    "ring": ring_allreduce_time,
+    "recursive_doubling": recursive_doubling_time,
+    "rabenseifner": rabenseifner_time,
+    "tree": tree_allreduce_time,
 }
 
 
-def ring_reduce_scatter(n_bytes: float, p: int, c: LinkParams) -> float:
+def ring_reduce_scatter_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """p-1 steps of n/p bytes, each followed by a reduction of what arrived."""
     return (p - 1) * (c.alpha + n_bytes / p * (c.beta + c.gamma))
 
 
-def ring_allgather(n_bytes: float, p: int, c: LinkParams) -> float:
+def ring_allgather_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """p-1 steps of n/p bytes (``n_bytes`` is the size of the gathered result)."""
     return (p - 1) * (c.alpha + n_bytes / p * c.beta)
 
 
-def binomial_broadcast(n_bytes: float, p: int, c: LinkParams) -> float:
+def binomial_broadcast_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """ceil(log2 p) rounds; the set of ranks holding the data doubles each round."""
     return math.ceil(math.log2(p)) * (c.alpha + n_bytes * c.beta) if p > 1 else 0.0
 
 
-def binomial_reduce(n_bytes: float, p: int, c: LinkParams) -> float:
+def binomial_reduce_time(n_bytes: float, p: int, c: LinkParams) -> float:
     """ceil(log2 p) rounds of send-and-reduce towards the root."""
     return math.ceil(math.log2(p)) * (c.alpha + n_bytes * (c.beta + c.gamma)) if p > 1 else 0.0
 

@@ -35,7 +35,7 @@ Two timings:
   sleeps; a receive moves the clock to the completion time computed above, and
   ``advance(seconds)`` adds computation time. The result is deterministic and exact: a
   ring allreduce of ``N`` bytes on ``p`` ranks ends at exactly
-  ``cost_model.ring_allreduce(N, p, link)``, on threads and on MPI alike.
+  ``cost_model.ring_allreduce_time(N, p, link)``, on threads and on MPI alike.
 * ``timing="sleep"``: the clock is the host's monotonic clock, and a receive *sleeps* until
   the completion time. A transfer then costs wall-clock time but no CPU, so computation on
   another thread overlaps with it, as it would with a network interface doing the copy.

@@ -233,14 +233,15 @@ def test_rendezvous_recv_waits_for_a_later_send_and_abort_wakes_it():
 
 
 def test_the_committed_partition_pictures_are_what_the_code_draws(tmp_path):
-    """docs/assets/diagrams/partition-{before,after}.svg come from reference_impl/graph/draw.py;
-    regenerate them with ``python -m reference_impl.graph.draw`` after changing either."""
-    from reference_impl.graph.draw import write_pictures
+    """docs/assets/diagrams/partition-{before,after}.svg come from docs/generators/graph_pictures.py;
+    regenerate them with ``python docs/generators/graph_pictures.py`` after changing either."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "generators"))
+    from graph_pictures import write_pictures
 
     committed = Path(__file__).resolve().parent.parent / "docs" / "assets" / "diagrams"
     for fresh in write_pictures(tmp_path):
         assert fresh.read_text() == (committed / fresh.name).read_text(), \
-            f"{fresh.name} is out of date: run python -m reference_impl.graph.draw"
+            f"{fresh.name} is out of date: run python docs/generators/graph_pictures.py"
     after = (committed / "partition-after.svg").read_text()
     assert after.count(">_Send</text>") == after.count(">_Recv</text>") == 5  # w to each worker, loss0, loss1, ^total
     assert "unused" not in after  # pruned

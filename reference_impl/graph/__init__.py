@@ -7,8 +7,8 @@ ops into a new graph: what every pass is built from), ``passes`` (dead-node remo
 constant folding), ``executor`` (the one executor: a ready queue over the graph's ops, with
 Send/Recv hooks), ``session`` (the static-graph ``Session``), ``eager`` (dynamic graphs with a tape),
 ``placement`` (device strings, colocation, the placer), ``partition`` (pruning and cutting a
-placed graph into per-device graphs joined by ``_Send``/``_Recv``), ``draw`` (graphs and
-partitions as SVG).
+placed graph into per-device graphs joined by ``_Send``/``_Recv``). The pictures of graphs
+on the site are drawn by ``docs/generators/graph_pictures.py``.
 """
 from .core import Graph, GraphError, Operation, Tensor, get_default_graph, reset_default_graph
 from .eager import EagerTensor, GradientTape, eager_mode, executing_eagerly

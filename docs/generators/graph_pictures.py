@@ -1,5 +1,7 @@
 """Draw a graph as SVG: the generated pictures on the concept pages come from here.
 
+A generator of the site, not part of the runtime: it lives under ``docs/generators/``.
+
 ``draw_graph(graph)`` lays out one graph in layers (an op's layer is the length of the
 longest path from a source to it, so every edge points down), one column block per device,
 each op coloured by its device.  ``draw_partitions(parts)`` draws each partition in its own
@@ -8,7 +10,7 @@ box, ``_Send``/``_Recv`` ops in grey, and a dashed arrow from every ``_Send`` to
 back up beside it; ``draw_before_after`` draws a graph before and after a list of passes,
 each op of the first coloured by the pass that removed or rewrote it.
 
-``python -m reference_impl.graph.draw`` writes every picture (``write_pictures``), each
+``python docs/generators/graph_pictures.py`` writes every picture (``write_pictures``), each
 built by the real ``prune``/``place``/``partition``, ``gradients`` or passes from a small
 example in this module; tests/test_diagrams.py checks that the committed files are what
 this writes.
@@ -549,6 +551,6 @@ def write_pictures(folder: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[2]  # docs/generators/ -> the repository
     for p in write_pictures(root / "docs" / "assets" / "diagrams"):
         print(f"wrote {p.relative_to(root)}")

@@ -1,0 +1,26 @@
+"""Training models that do not fit: where a step's memory goes, and the strategies that shrink it.
+
+One concept per module, picotron-style, so each file reads in one sitting:
+
+* ``transformer``: a small GPT-2-style decoder in NumPy with a hand-written backward pass,
+  its parameters as a flat dict in nanoGPT's names, the list of layers a sharded trainer
+  gathers one at a time, and activation recomputation (``keep="inputs"``);
+* ``corpus``: a character-level corpus from the standard library's docstrings (nothing
+  downloads), a fixed 96-character vocabulary, and seeded ``(tokens, targets)`` batches;
+* ``adam``: Adam in NumPy, in place, the optimiser whose state dominates a model's memory;
+* ``memory``: the bytes of parameters, gradients, optimiser state, activations and
+  temporaries per rank, for plain data parallelism and ZeRO stages 1-3 (Rajbhandari et al.
+  2020), predicted from the transformer's own arrays and checked against ``tracemalloc``.
+
+To come, one file per strategy on the communicators of ``reference_impl.comm``: ZeRO-1/2/3
+and FSDP (optimiser state, gradients, then parameters sharded over data-parallel ranks), and
+low precision (bf16 and fp8 compute with float32 master weights).
+"""
+from . import adam, corpus, memory, transformer
+from .adam import Adam
+from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
+                     zero_paper_memory)
+from .transformer import (GPTConfig, Layer, backward, backward_layers, forward, init_params, layers, logits,
+                          loss_and_grads, n_params, param_shapes, step_flops)
+
+__all__ = [n for n in dir() if not n.startswith("_")]

@@ -81,11 +81,19 @@ def _defined(source: str) -> list[str]:
 
 
 def _helper_sources(cells: list[dict[str, Any]]) -> dict[str, str]:
-    """Functions defined in locked cells that are neither tests nor solutions: name -> source."""
-    helpers = {}
+    """The tests' own functions, which later cells must not redefine: name -> source.
+
+    Functions defined in locked cells that are neither tests nor solutions, and functions a
+    test cell defines for the tests after it (a hidden helper written once, in the first
+    hidden test that needs it). A name that test cells define differently is each cell's own
+    business and is left out, as are the learner's solution names."""
+    helpers: dict[str, str] = {}
+    conflicting: set[str] = set()
     for cell in cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
-        if cell.get("cell_type") != "code" or not meta.get("locked") or meta.get("grade") or meta.get("solution"):
+        if cell.get("cell_type") != "code" or meta.get("solution"):
+            continue
+        if not (meta.get("grade") or meta.get("locked")):
             continue
         source = _source(cell)
         try:
@@ -94,15 +102,18 @@ def _helper_sources(cells: list[dict[str, Any]]) -> dict[str, str]:
             continue
         for node in tree.body:
             if isinstance(node, ast.FunctionDef):
-                helpers[node.name] = ast.get_source_segment(source, node) or ""
-    return helpers
+                text = ast.get_source_segment(source, node) or ""
+                if helpers.get(node.name, text) != text:
+                    conflicting.add(node.name)
+                helpers[node.name] = text
+    return {name: text for name, text in helpers.items() if name not in conflicting}
 
 
 def instrument(notebook: dict[str, Any], token: str) -> dict[str, Any]:
     """A copy of the source ``notebook`` whose test cells are wrapped by ``begin``/``end``."""
     cells = [dict(c) for c in notebook.get("cells", [])]
     learner = solution_names(cells)
-    helpers = _helper_sources(cells)
+    helpers = {name: text for name, text in _helper_sources(cells).items() if name not in learner}
     for cell in cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.get("cell_type") != "code" or not meta.get("grade") or meta.get("solution"):

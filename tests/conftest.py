@@ -1,5 +1,5 @@
-"""Shared test settings: the repository root, one BLAS thread in this process, and seeds for
-reproducible random inputs."""
+"""Shared test settings: the repository root, one BLAS thread in this process, seeds for
+reproducible random inputs, and the exercises graded once a session (``graded``)."""
 from pathlib import Path
 
 import numpy as np
@@ -20,3 +20,13 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261121)
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """``graded(assignment)``: an assignment of tests/exercise_specs.py graded through ``python -m
+    grader`` (release, release with solutions, wrong solutions: at once), once a session, shared by
+    tests/test_exercises.py and tests/test_exercise_NN.py (``notebook_tools.GradedExercises``)."""
+    from notebook_tools import GradedExercises
+
+    return GradedExercises(tmp_path_factory)

@@ -1,6 +1,7 @@
 """Helpers for the tests that grade the exercise notebooks end to end (tests/test_grader.py,
-tests/test_exercise_*.py): read and edit notebooks, run ``python -m grader`` as child
-processes (several at once), and execute a notebook's cells in process.
+tests/test_exercises.py, tests/test_exercise_*.py): read and edit notebooks, run ``python -m
+grader`` as child processes (several at once; ``GradedExercises`` grades each assignment once
+a session), and execute a notebook's cells in process.
 
 Not a test module (its name does not start with ``test_``); the tests import it as
 ``from notebook_tools import ...``, tests/ being on ``sys.path`` as for ``conftest``.
@@ -160,24 +161,49 @@ def start_check(work: Path, name: str, notebook: Path, *extra: str,
                    *extra, cwd=work, env=env)
 
 
+class SharedRelease:
+    """One ``grader release`` of the whole course into ``work/release``, started on first use and
+    waited for once: every assignment graded in a session reads its learner version from it
+    (``grader release`` writes all the assignments, whichever one a test needs)."""
+
+    def __init__(self, work: Path):
+        self.work, self.out = work, work / "release"
+        self._started: Started | None = None
+        self._run: Run | None = None
+
+    def start(self) -> None:
+        """Start the release, unless it is started already."""
+        if self._started is None:
+            self._started = start_release(self.work, self.out)
+
+    def wait(self) -> Path:
+        """The release folder, once the release has finished (AssertionError if it failed)."""
+        self.start()
+        if self._run is None:
+            self._run = self._started.wait()
+        self._run.ok()
+        return self.out
+
+
 def grade_assignment(work: Path, source_path: Path, assignment: str, solution_cells: Iterable[str],
-                     wrong: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                     wrong: dict[str, dict[str, Any]], release: SharedRelease | None = None) -> dict[str, Any]:
     """Grade an assignment's standard cases at once, each a parallel ``grader check --json``.
 
     Cases: every notebook of ``wrong`` (name -> notebook), ``released`` (the learner version
     from ``grader release``) and ``released_solved`` (that version with the ``solution_cells``
     filled in from the source, so its hidden tests can only come from the gradebook). The
     source notebook itself is not graded: autograde puts back the same locked and test cells
-    from the gradebook, so it would run exactly what ``released_solved`` runs. Returns each
+    from the gradebook, so it would run exactly what ``released_solved`` runs. ``release``: a
+    release shared with other gradings (default: one of its own in ``work``). Returns each
     case's JSON result, ``released_path``, the released notebook, and ``released_text``, its text.
     """
     source = read_nb(source_path)
-    release = start_release(work, work / "release")
+    release = release or SharedRelease(work)
+    release.start()
     started = {}
     for name, nb in wrong.items():
         started[name] = start_check(work, name, write_nb(work / name / source_path.name, nb))
-    release.wait().ok()
-    released = work / "release" / assignment / source_path.name
+    released = release.wait() / assignment / source_path.name
     started["released"] = start_check(work, "released", released)
     solved = write_nb(work / "solved" / source_path.name,
                       with_cells_from(read_nb(released), source, solution_cells))
@@ -186,6 +212,38 @@ def grade_assignment(work: Path, source_path: Path, assignment: str, solution_ce
     results["released_path"] = released
     results["released_text"] = released.read_text(encoding="utf-8")
     return results
+
+
+class GradedExercises:
+    """``graded(assignment)``: the results of :func:`grade_assignment` for an assignment of
+    tests/exercise_specs.py (its release, the release with its solutions, and its ``wrong``
+    notebooks, graded at once), computed on first use and then shared by every test of the
+    session; all assignments read one shared release. A grading that failed fails every test
+    that asks for it, without grading again."""
+
+    def __init__(self, tmp_path_factory: Any):
+        self.tmp_path_factory = tmp_path_factory
+        self.release: SharedRelease | None = None
+        self.done: dict[str, dict[str, Any] | BaseException] = {}
+
+    def __call__(self, assignment: str) -> dict[str, Any]:
+        from exercise_specs import EXERCISES
+
+        if assignment not in self.done:
+            spec = EXERCISES[assignment]
+            if self.release is None:
+                self.release = SharedRelease(self.tmp_path_factory.mktemp("course"))
+            try:
+                self.done[assignment] = grade_assignment(
+                    self.tmp_path_factory.mktemp(assignment), spec.source, spec.assignment, spec.solution_cells,
+                    spec.wrong_notebooks(), self.release)
+            except (Exception, pytest.fail.Exception) as exc:
+                self.done[assignment] = exc
+                raise
+        result = self.done[assignment]
+        if isinstance(result, BaseException):
+            pytest.fail(f"grading {assignment} failed (in an earlier test): {result}", pytrace=False)
+        return result
 
 
 def failed_tests(result: dict[str, Any]) -> list[tuple[str, str | None]]:
@@ -338,14 +396,18 @@ class Hints:
         """{test: the written hint the grader would pick} for every test that failed in ``run_cells``."""
         return {test_id: t["advice"] for test_id, t in self.report(outcome, whole=whole).items() if not t["passed"]}
 
-    def assert_general_hints(self, result: dict[str, Any]) -> None:
-        """A notebook with no known mistake yet (the stubs): every failed test gets its general hint."""
+    def assert_general_hints(self, result: dict[str, Any], cases: dict[str, str] | None = None) -> None:
+        """A notebook with no known mistake yet (the stubs): every failed test gets its general hint,
+        or, for a test of ``cases`` ({test: pattern}), the hint written for that pattern's mistake."""
         from grader.hints import site_link
 
+        cases = cases or {}
         for test in result["tests"]:
             if not test["passed"]:
-                assert test["advice"] == self.written(test["id"]).hint, (test["id"], test["advice"])
-                assert test["read"] == site_link(self.written(test["id"]).read), test
+                written = self.written(test["id"])
+                expected = self.case(test["id"], cases[test["id"]]) if test["id"] in cases else written.hint
+                assert test["advice"] == expected, (test["id"], test["hint"], test["advice"])
+                assert test["read"] == site_link(written.read), test
 
     def assert_advised(self, tests: dict[str, dict[str, Any]], expected: dict[str, str], *,
                        whole: bool = False) -> None:

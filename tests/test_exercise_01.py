@@ -1,11 +1,13 @@
 """Exercise 01 (ring allreduce): the hints a learner reads when a test fails.
 
 tests/test_grader.py grades this notebook for the grader's own behaviour (tampering, hangs,
-bad input); this module checks what a learner is told. The grader runs start together, once,
-in the module fixture ``runs``; what is checked:
+bad input); tests/test_exercises.py checks what every exercise shares (full marks with the
+solutions, zero for the stubs with the general hints, nothing secret in the release, every
+source cell passing in process). This module checks what is specific to 01, reading the
+session's one grading of it (``graded``, with the wrong solutions of tests/exercise_specs.py):
 
-* the released notebook scores 0, and every test gets its general written hint and a link;
-* the released notebook with the solution cells filled in scores full marks;
+* grading the stubs on NumPy reports the device ``cpu (NumPy)`` (nothing passed, so
+  array_api_strict, 01's second device, could change no verdict);
 * three plausible wrong solutions get partial marks, failing exactly the tests meant to catch
   them, each failure with a readable message (the smallest failing input, a line that
   reproduces it) and the written hint for that mistake:
@@ -18,30 +20,20 @@ in the module fixture ``runs``; what is checked:
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing, run_cells
 
-ASSIGNMENT = "01_ring_allreduce"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "ring_allreduce.ipynb"
+SPEC = EXERCISES["01_ring_allreduce"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 25.0
-SOLUTION_CELLS = ("chunk_bounds", "reduce_scatter", "allgather")
+MAX_SCORE = SPEC.max_score
 
 pytestmark = pytest.mark.timeout(300)
 
-OFF_BY_ONE = replacing("r < extra", "r < extra - 1")
-RS_OVERWRITES = replacing("""        incoming = xp.empty_like(chunks[recv_i])
-        comm.sendrecv(chunks[send_i], right, incoming, left)
-        chunks[recv_i] += incoming""", "        comm.sendrecv(chunks[send_i], right, chunks[recv_i], left)")
-AG_WITH_RS_INDICES = replacing("send_i, recv_i = (r + 1 - s) % n, (r - s) % n",
-                               "send_i, recv_i = (r - s) % n, (r - s - 1) % n")
 RS_ONE_STEP_SHORT = replacing("for s in range(n - 1):", "for s in range(n - 2):")
 RS_NUMPY_ONLY = replacing("comm.sendrecv(chunks[send_i], right, incoming, left)",
                           "comm.sendrecv(chunks[send_i].copy(), right, incoming, left)")
@@ -53,38 +45,14 @@ AG_TESTS = {"test_allgather_example", "hidden_allgather"}
 USES_REDUCE_SCATTER = RS_TESTS | RING_TESTS | {"hidden_traffic_per_rank", "hidden_traffic_total"}
 
 
-# --------------------------------------------------------------------------- the written hints
-
-
-# --------------------------------------------------------------------------- the runs
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Any]:
-    source = read_nb(SOURCE)
-    wrong = {
-        "off_by_one": edit_cell(source, "chunk_bounds", OFF_BY_ONE),
-        "rs_overwrites": edit_cell(source, "reduce_scatter", RS_OVERWRITES),
-        "ag_rs_indices": edit_cell(source, "allgather", AG_WITH_RS_INDICES),
-    }
-    return grade_assignment(tmp_path_factory.mktemp("exercise01"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The released file holds no hidden test code, only the emptied test cells, yet all 11
-    tests (7 hidden) are graded: the hidden tests come back from the gradebook."""
-    assert "hidden_allreduce_any" in runs["released_text"]
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=11, hidden=7)
-
-
-def test_released_notebook_scores_zero_with_the_general_hints(runs):
-    result = runs["released"]
-    assert_unimplemented_scores_zero(result, MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "_ref_allreduce", "def _smallest_first", "CountingCommunicator")
-    HINTS.assert_general_hints(result)
-    assert Path(result["feedback_html"]).is_file()
+def test_the_stubs_are_graded_on_numpy(runs):
     # nothing passed on NumPy, so array_api_strict (01's second device) could change no verdict
-    assert result["isolation"]["device"] == "cpu (NumPy)"
+    assert runs["released"]["isolation"]["device"] == "cpu (NumPy)"
 
 
 def test_an_off_by_one_in_chunk_bounds_gets_the_hint_on_uneven_splits(runs):
@@ -151,7 +119,7 @@ def test_a_numpy_only_call_on_the_strict_device_gets_the_device_hint_in_process(
 
 
 def test_the_reproduce_line_gives_the_reported_value_in_the_learners_notebook():
-    wrong = edit_cell(read_nb(SOURCE), "reduce_scatter", RS_OVERWRITES)
+    wrong = SPEC.wrong_notebook("rs_overwrites")
     error = run_cells(wrong, skip=("demo",))["hidden_allreduce_any"]
     assert "rank 0 expected [-22.], found [18.]" in error, error
     namespace = notebook_namespace(wrong, skip=("test_chunk", "test_reduce", "test_allgather", "test_allreduce",

@@ -1,56 +1,38 @@
-"""Exercise 03 (recursive doubling), graded as a learner's notebook would be.
+"""Exercise 03 (recursive doubling): what is specific to it. The checks every exercise shares
+(full marks with the solutions, zero for the stubs with the general hints, nothing secret in
+the release, every source cell passing in process) are tests/test_exercises.py's.
 
-Through ``python -m grader`` (the slow runs start together, once, in the module fixture):
+Graded with ``python -m grader`` (the session's one grading, ``graded``): a solution without
+the fold (right only for powers of two, tests/exercise_specs.py) gets partial marks: exactly
+the power-of-two tests, each fold test failing with the hint written for that mistake (the
+test cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full
-  marks (so the hidden tests come from the gradebook, not from the learner's file);
-* a solution without the fold (right only for powers of two) gets partial marks: exactly
-  the power-of-two tests.
-
-In process (fast): every cell of the source notebook passes; a solution that gathers
-everything at rank 0 and sends the result back gets the right numbers but fails the
-traffic tests; the released notebook holds no solution and no hidden test.
-
-Every failing test of a wrong solution shows the hint written for that mistake (the test
-cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
-process too for a ``mean`` never divided by p and a partner ``r + 2**k`` instead of
-``r ^ 2**k`` (a deadlock).
+In process (fast): a solution that gathers everything at rank 0 and sends the result back
+gets the right numbers but fails the traffic tests; a ``mean`` never divided by p and a
+partner ``r + 2**k`` instead of ``r ^ 2**k`` (a deadlock) get their hints; the notebook's
+solution agrees with ``reference_impl.comm.allreduce`` on random inputs.
 """
 from __future__ import annotations
 
-import json
-import time
 from typing import Any
 
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_solved, assert_unimplemented_scores_zero, by_id, edit_cell, grade_assignment,
-    notebook_namespace, read_nb, replacing, run_cells, source_of,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, by_id, edit_cell, notebook_namespace, read_nb, replacing, run_cells
 
-ASSIGNMENT = "03_recursive_doubling"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "recursive_doubling.ipynb"
+SPEC = EXERCISES["03_recursive_doubling"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-SOLUTION_CELLS = ("largest_power_of_two", "exchange", "recursive_doubling_allreduce")
-MAX_SCORE = 20.0
+MAX_SCORE = SPEC.max_score
+
 POW2_TESTS = {  # what a solution without the fold must still pass, with its points
     "test_largest_power_of_two_examples": 1, "test_exchange_example": 1,
     "test_allreduce_pow2_examples": 1, "hidden_largest_power_of_two": 1, "hidden_exchange": 3,
     "hidden_allreduce_pow2": 4, "hidden_traffic_pow2": 2,
 }
 FOLD_TESTS = ("test_allreduce_fold_examples", "hidden_allreduce_any", "hidden_traffic_fold")
-
-NO_FOLD = '''
-def recursive_doubling_allreduce(comm, x, op="sum"):
-    data = np.array(x, copy=True).reshape(-1)
-    exchange(comm, data, op, comm.size)  # no fold: only right when comm.size is a power of two
-    if op == "mean":
-        data /= comm.size
-    return data.reshape(np.shape(x))
-'''
 
 GATHER_AT_ROOT = '''
 def recursive_doubling_allreduce(comm, x, op="sum"):
@@ -80,24 +62,8 @@ pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Any]:
-    """Release once, then grade four notebooks at the same time."""
-    wrong = {"no_fold": edit_cell(read_nb(SOURCE), "recursive_doubling_allreduce", NO_FOLD)}
-    results = grade_assignment(tmp_path_factory.mktemp("exercise03"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    results["released_nb"] = read_nb(results["released_path"])
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=10, hidden=6)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    result = runs["released"]
-    assert_unimplemented_scores_zero(result, MAX_SCORE)
-    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):
@@ -114,27 +80,7 @@ def test_a_solution_without_the_fold_gets_the_power_of_two_marks_only(runs):
     HINTS.assert_advised(tests, {gid: HINTS.case(gid, NO_FOLD_CASE) for gid in FOLD_TESTS})
 
 
-def test_release_holds_no_solution_and_no_hidden_test(runs):
-    text = json.dumps(runs["released_nb"])
-    for secret in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS", "comm.recv(incoming, r + p2)",
-                   "_expected_traffic", "_ref_allreduce", "CountingCommunicator"):
-        assert secret not in text, f"{secret!r} leaked into the release"
-    stubs = [source_of(c) for c in runs["released_nb"]["cells"]
-             if c["metadata"].get("nbgrader", {}).get("solution")]
-    assert len(stubs) == 3 and all("raise NotImplementedError()" in s for s in stubs)
-    assert runs["released_nb"]["metadata"]["lab"] == {
-        "assignment": ASSIGNMENT, "concept_page": "concepts/allreduce-algorithms.md"}
-    assert (ROOT / "docs" / "concepts" / "allreduce-algorithms.md").is_file()
-
-
 # --------------------------------------------------------------------------- in process
-
-
-def test_every_cell_of_the_source_notebook_passes_in_process():
-    start = time.monotonic()
-    outcome = run_cells(read_nb(SOURCE))
-    assert len(outcome) == 10 and all(error is None for error in outcome.values()), outcome
-    assert time.monotonic() - start < 60  # the grader's per-cell limit is 60 s; stay far below
 
 
 def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():

@@ -1,45 +1,41 @@
-"""Exercise 05 (reverse-mode autodiff), graded end to end with ``python -m grader``.
+"""Exercise 05 (reverse-mode autodiff): what is specific to it.
 
-What is checked, with the grader runs started together once (as in tests/test_grader.py):
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks
-  (so the hidden tests come from the gradebook, not from the learner's file);
-* a ``gradients`` that keeps only the last contribution to a tensor instead of summing them
-  gets partial marks: the rules and the no-rule error pass, every walk over a reused tensor fails;
-* a ``grad_add``/``grad_mul`` without unbroadcasting gets partial marks too;
-* in process: every cell of the source notebook passes, and its gradients equal the reference
-  on random graphs;
-* every failing test of a wrong solution shows the hint written for that mistake (the test
-  cell's ``lab`` metadata, chosen by the failure message, which says whether each rule alone
-  agrees with the reference on the failing graph) and a link to its paragraph; in process too
-  for a MatMul rule with its factors in the wrong order, a Tanh rule computed from the input,
-  and a walk that skips ops without a rule instead of raising.
+* graded with ``python -m grader``: a ``gradients`` that keeps only the last contribution to a
+  tensor instead of summing them gets partial marks (the rules and the no-rule error pass,
+  every walk over a reused tensor fails), and so does a ``grad_add``/``grad_mul`` without
+  unbroadcasting; every failing test shows the hint written for that mistake (the test cell's
+  ``lab`` metadata, chosen by the failure message, which says whether each rule alone agrees
+  with the reference on the failing graph) and a link to its paragraph;
+* in process: the same for a MatMul rule with its factors in the wrong order, a Tanh rule
+  computed from the input, and a walk that skips ops without a rule instead of raising; the
+  source's gradients equal the reference on random graphs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-
+from exercise_specs import EXERCISES
 from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+    Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing, run_cells,
 )
 
-ASSIGNMENT = "05_autodiff"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "autodiff.ipynb"
+SPEC = EXERCISES["05_autodiff"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 12.0
-SOLUTION_CELLS = ("grad_rules", "gradients")
+MAX_SCORE = SPEC.max_score
 REUSE_TESTS = {"test_gradients_example", "hidden_random_graphs", "hidden_weight_sharing"}
 BROADCAST_TESTS = {"test_rules_example", "hidden_rules", "hidden_random_graphs"}
 
 pytestmark = pytest.mark.timeout(300)
 
-NO_SUM = replacing("grads.setdefault(t, []).append(gt)", "grads[t] = [gt]")
-NO_UNBROADCAST = [replacing("return [sum_to(g, a), sum_to(g, b)]", "return [g, g]"),
-                  replacing("return [sum_to(g * b, a), sum_to(g * a, b)]", "return [g * b, g * a]")]
 MATMUL_ORDER = replacing("return [G.matmul(g, G.transpose(b)), G.matmul(G.transpose(a), g)]",
                          "return [G.matmul(G.transpose(b), g), G.matmul(g, G.transpose(a))]")
 TANH_OF_INPUT = replacing("z = op.outputs[0]\n    return [g * (1.0 - z * z)]", "z = op.inputs[0]\n    return [g * (1.0 - z * z)]")
@@ -49,27 +45,8 @@ GRAPH_TESTS = ("hidden_random_graphs", "hidden_weight_sharing")
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    no_bc = source
-    for edit in NO_UNBROADCAST:
-        no_bc = edit_cell(no_bc, "grad_rules", edit)
-    wrong = {"no_sum": edit_cell(source, "gradients", NO_SUM), "no_bc": no_bc}
-    results = grade_assignment(tmp_path_factory.mktemp("grader05"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=4)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    result = runs["released"]
-    assert_unimplemented_scores_zero(result, MAX_SCORE)
-    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
-    assert_nothing_leaked(runs["released_text"], "def _random_graph", "sum_to(g * b, a)")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_overwriting_instead_of_summing_gets_partial_marks(runs):

@@ -1,41 +1,40 @@
-"""Exercise 06 (pruning and partitioning with Send/Recv), graded end to end with ``python -m grader``.
+"""Exercise 06 (pruning and partitioning with Send/Recv): what is specific to it.
 
-What is checked, with the grader runs started together once (as in tests/test_grader.py):
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks
-  (so the hidden tests come from the gradebook, not from the learner's file);
-* a ``partition`` that makes one Send/Recv pair per *consumer* instead of per (edge,
-  destination device) gets partial marks: the pruning tests pass, every partition test fails;
-* in process: a ``prune`` that walks past fed ops fails exactly the feed-sensitive tests, and
-  the source notebook's functions equal the reference on random placed graphs;
-* every failing test of a wrong solution shows the hint written for that mistake (the test
-  cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
-  process too for a ``prune`` that ignores control inputs and a ``partition`` that drops the
-  pairs of cross-device control edges.
+* graded with ``python -m grader``: a ``partition`` that makes one Send/Recv pair per
+  *consumer* instead of per (edge, destination device) gets partial marks: the pruning tests
+  pass, every partition test fails, each with the hint written for that mistake (the test
+  cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph;
+* in process: a ``prune`` that walks past fed ops fails exactly the feed-sensitive tests; a
+  ``prune`` that ignores control inputs and a ``partition`` that drops the pairs of
+  cross-device control edges get their hints; the source notebook's functions equal the
+  reference on random placed graphs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-
+from exercise_specs import EXERCISES
 from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+    Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing, run_cells,
 )
 
-ASSIGNMENT = "06_partitioning"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "partitioning.ipynb"
+SPEC = EXERCISES["06_partitioning"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 11.0
-SOLUTION_CELLS = ("prune", "partition")
+MAX_SCORE = SPEC.max_score
 PARTITION_TESTS = {"test_partition_example", "hidden_partition", "hidden_control_edges"}
 FEED_TESTS = {"test_prune_example", "hidden_prune"}
 
 pytestmark = pytest.mark.timeout(300)
 
-PER_CONSUMER = replacing("key = (edge, dst_device)", "key = (edge, dst_device, len(copies))")
 IGNORES_FEEDS = replacing("        if op.name not in fed:\n", "        if True:\n")
 IGNORES_CONTROL = replacing("            stack.extend(op.control_inputs)\n", "")
 NO_CONTROL_PAIRS = replacing('''        controls = [copies[c] if c.device == op.device else recv_for("^" + c.name, c, op.device, None)
@@ -43,23 +42,8 @@ NO_CONTROL_PAIRS = replacing('''        controls = [copies[c] if c.device == op.
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"per_consumer": edit_cell(source, "partition", PER_CONSUMER)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader06"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=5, hidden=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    HINTS.assert_general_hints(runs["released"])  # nothing is a known mistake yet: every test gets its general hint
-    assert_nothing_leaked(runs["released_text"], "def _random_graph", "def recv_for")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_one_pair_per_consumer_gets_partial_marks(runs):

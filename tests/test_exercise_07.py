@@ -1,28 +1,23 @@
-"""Exercise 07 (a custom op with a C kernel), graded end to end with ``python -m grader``.
+"""Exercise 07 (a custom op with a C kernel): what is specific to it, all in process (cheaper
+than another sandboxed grading). The checks every exercise shares (full marks with the
+solutions, zero for the stubs with the general hints, nothing secret in the release, every
+source cell passing in process) are tests/test_exercises.py's.
 
-What is checked, with the grader runs started together once (as in tests/test_grader.py):
-
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks
-  (so the hidden tests come from the gradebook, not from the learner's file);
-* in process (cheaper than another sandboxed grading): a kernel that indexes ``x`` as dense
-  row-major (``i * d + j``) instead of through its strides, while declaring it
-  ``layout="strided"``, fails only the non-contiguous test, with a hint about strides;
-* in process: the source's kernel equals ``x * s[:, None]`` on random shapes and views;
-* every failing test of a wrong solution gets the hint written for that mistake (the test
-  cell's ``lab`` metadata, chosen by the failure message): in process for the kernel that
-  ignores strides, a kernel that never checks for NaN, a shape function that accepts
-  mismatched sizes, and a gradient for ``s`` that forgets to weight by ``x``.
+* a kernel that indexes ``x`` as dense row-major (``i * d + j``) instead of through its
+  strides, while declaring it ``layout="strided"``, fails only the non-contiguous test, with a
+  hint about strides;
+* a kernel that never checks for NaN, a shape function that accepts mismatched sizes, and a
+  gradient for ``s`` that forgets to weight by ``x`` get the hint written for that mistake (the
+  test cell's ``lab`` metadata, chosen by the failure message);
+* the source's kernel equals ``x * s[:, None]`` on random shapes and views.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_solved, assert_unimplemented_scores_zero, edit_cell,
-    grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, edit_cell, notebook_namespace, read_nb, replacing, run_cells
 from reference_impl.toolchain import ToolchainError, find_c_compiler
 
 try:
@@ -30,11 +25,9 @@ try:
 except ToolchainError:
     pytest.skip("no C compiler on this machine", allow_module_level=True)
 
-ASSIGNMENT = "07_custom_op"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "custom_op.ipynb"
+SPEC = EXERCISES["07_custom_op"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 10.0
-SOLUTION_CELLS = ("kernel_source", "op")
 STRIDE_TESTS = {"hidden_non_contiguous"}
 
 pytestmark = pytest.mark.timeout(300)
@@ -47,25 +40,6 @@ NO_SHAPE_CHECK = replacing('''    if x is not None and s is not None and None no
         raise ShapeError(f"x has {x[0]} rows but s has {s[0]} entries")
 ''', "")
 GRAD_S_WITHOUT_X = replacing("G.reduce_sum(g * x, axis=1)", "G.reduce_sum(g, axis=1)")
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    results = grade_assignment(tmp_path_factory.mktemp("grader07"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, {})
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=5)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    result = runs["released"]
-    assert_unimplemented_scores_zero(result, MAX_SCORE)
-    HINTS.assert_general_hints(result)  # nothing is a known mistake yet: every test gets its general hint
-    assert_nothing_leaked(runs["released_text"], "LAB_AT2(x, i, j)", "def grad(op, g)", "x[0] != s[0]")
 
 
 def test_kernel_ignoring_strides_fails_only_the_non_contiguous_test():

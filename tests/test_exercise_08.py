@@ -1,35 +1,37 @@
-"""Exercise 08 (magnitude pruning and CSR), graded end to end with ``python -m grader``.
+"""Exercise 08 (magnitude pruning and CSR): what is specific to it.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks;
-* pruning by signed value instead of magnitude gets partial marks: the CSR tests pass, the
-  pruning tests fail with a hint naming the case;
-* in process: the source's functions agree with ``reference_impl.sparsity`` on random inputs;
-* every failing test of a wrong solution shows the hint written for that mistake (the test
-  cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph; in
-  process too for a ``k`` truncated instead of rounded, an ``indptr`` without its leading 0,
-  and a ``csr_matvec`` that drops trailing empty rows.
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
+
+* graded with ``python -m grader``: pruning by signed value instead of magnitude gets partial
+  marks: the CSR tests pass, the pruning tests fail with the hint written for that mistake
+  (the test cell's ``lab`` metadata, chosen by the failure message) and a link to its paragraph;
+* in process: the same for a ``k`` truncated instead of rounded, an ``indptr`` without its
+  leading 0, and a ``csr_matvec`` that drops trailing empty rows; the source's functions agree
+  with ``reference_impl.sparsity`` on random inputs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
+from exercise_specs import EXERCISES
 from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing, run_cells,
+    Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing, run_cells,
 )
 
-ASSIGNMENT = "08_sparsity"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "sparsity.ipynb"
+SPEC = EXERCISES["08_sparsity"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 10.0
-SOLUTION_CELLS = ("magnitude_prune", "csr_from_dense", "csr_matvec")
+MAX_SCORE = SPEC.max_score
 PRUNE_TESTS = {"test_prune_example", "hidden_prune"}
 
 pytestmark = pytest.mark.timeout(300)
 
-SIGNED = replacing("np.argsort(np.abs(flat), kind=\"stable\")", "np.argsort(flat, kind=\"stable\")")
 TRUNCATED_K = replacing("k = int(round(sparsity * w.size))", "k = int(sparsity * w.size)")
 NO_LEADING_ZERO = replacing('''    indptr = np.zeros(a.shape[0] + 1, dtype=np.int64)
     np.cumsum(np.bincount(rows, minlength=a.shape[0]), out=indptr[1:])''',
@@ -38,23 +40,8 @@ NO_MINLENGTH = replacing("weights=data * x[indices], minlength=rows)", "weights=
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"signed": edit_cell(source, "magnitude_prune", SIGNED)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader08"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    HINTS.assert_general_hints(runs["released"])  # nothing is a known mistake yet: every test gets its general hint
-    assert_nothing_leaked(runs["released_text"], "_ref_magnitude_mask", "np.bincount(row_of")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_pruning_by_signed_value_gets_partial_marks(runs):

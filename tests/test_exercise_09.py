@@ -1,13 +1,14 @@
-"""Exercise 09 (sparse_table_pull / push and the temporary embedding matrix), graded end to
-end with ``python -m grader``.
+"""Exercise 09 (sparse_table_pull / push and the temporary embedding matrix): what is specific to it.
 
-What is checked, with the grader runs started together once:
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks;
-* a gradient that assigns instead of scatter-adding (``d[local] += d_out`` keeps one of the
-  repeated rows) gets partial marks: the pull tests pass, every test of the gradient fails, each
-  with the hint written for that mistake and a link to the concept paragraph;
+* graded with ``python -m grader``: a gradient that assigns instead of scatter-adding
+  (``d[local] += d_out`` keeps one of the repeated rows) gets partial marks: the pull tests
+  pass, every test of the gradient fails, each with the hint written for that mistake and a
+  link to the concept paragraph;
 * in process (no grader): five more plausible mistakes (no dedupe, a flat local index, pulling
   the whole batch, pushing row by row, a gradient sized by the batch) fail exactly their tests,
   each advised with the hint written for it;
@@ -15,43 +16,26 @@ What is checked, with the grader runs started together once:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "09_sparse_table"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "sparse_table.ipynb"
+SPEC = EXERCISES["09_sparse_table"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 11.0
-SOLUTION_CELLS = ("pull", "grad_push")
+MAX_SCORE = SPEC.max_score
 GRADIENT_TESTS = {"test_grad_example", "hidden_grad", "hidden_push", "hidden_traffic"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-NO_ADD_AT = replacing("np.add.at(d_matrix, local_index.ravel(), d_out.reshape(-1, dim))",
-                      "d_matrix[local_index.ravel()] += d_out.reshape(-1, dim)")
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"no_add_at": edit_cell(source, "grad_push", NO_ADD_AT)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader09"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=6, hidden=4)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "np.add.at(d_matrix", "_reference_worker")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_assigning_instead_of_scatter_adding_gets_partial_marks(runs):

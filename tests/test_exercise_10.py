@@ -1,13 +1,14 @@
-"""Exercise 10 (Adam as a graph optimiser), graded end to end with ``python -m grader``.
+"""Exercise 10 (Adam as a graph optimiser): what is specific to it.
 
-What is checked, with the grader runs started together once:
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks
-  (so the hidden tests come from the gradebook, not from the learner's file);
-* an ``Adam.update`` that returns the old slots instead of the new ones (the state never
-  moves) gets partial marks: the ``adam_update`` tests pass, every optimiser test fails, each
-  with the hint written for that mistake and a link to the concept paragraph;
+* graded with ``python -m grader``: an ``Adam.update`` that returns the old slots instead of
+  the new ones (the state never moves) gets partial marks: the ``adam_update`` tests pass,
+  every optimiser test fails, each with the hint written for that mistake and a link to the
+  concept paragraph;
 * in process (no grader): more plausible mistakes (no bias correction, epsilon inside the square
   root, bias-corrected moments returned as the slots, hyper-parameters not passed on) fail
   exactly their tests with their hints;
@@ -15,44 +16,26 @@ What is checked, with the grader runs started together once:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "10_adam"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "adam.ipynb"
+SPEC = EXERCISES["10_adam"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 10.0
-SOLUTION_CELLS = ("adam_update", "adam_class")
+MAX_SCORE = SPEC.max_score
 STATE_TESTS = {"test_adam_example", "hidden_adam_steps", "hidden_adam_sparse"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-STALE_SLOTS = replacing('return new_var, {"m": m, "v": v}', 'return new_var, {"m": slots["m"], "v": slots["v"]}')
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"stale_slots": edit_cell(source, "adam_class", STALE_SLOTS)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader10"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=5, hidden=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "_RefAdam", "m_hat = m / (1 - G.pow(beta1, t))")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_slots_that_never_move_get_partial_marks(runs):

@@ -1,14 +1,13 @@
-"""Exercise 11 (dynamic loss scaling), graded end to end with ``python -m grader``.
+"""Exercise 11 (dynamic loss scaling): what is specific to it.
 
-What is checked, with the grader runs started together once:
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks
-  (so the hidden tests come from the gradebook, not from the learner's file);
-* a state machine that keeps its good-step count after an overflow gets partial marks: the
-  unscaling tests pass, both state-machine tests fail, each with the hint written for that
-  mistake and a link to the concept paragraph (one graded wrong variant only, to keep the
-  number of parallel gradings, and the suite's time, down);
+* graded with ``python -m grader``: a state machine that keeps its good-step count after an
+  overflow gets partial marks: the unscaling tests pass, both state-machine tests fail, each
+  with the hint written for that mistake and a link to the concept paragraph;
 * in process (no grader): more plausible mistakes (dividing in float16, a NumPy bool, checking
   one gradient only, no min_scale, growing one step late) fail exactly their tests with their
   hints;
@@ -16,45 +15,26 @@ What is checked, with the grader runs started together once:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "11_loss_scaling"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "loss_scaling.ipynb"
+SPEC = EXERCISES["11_loss_scaling"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 8.0
-SOLUTION_CELLS = ("unscale", "update_loss_scale")
+MAX_SCORE = SPEC.max_score
 STATE_TESTS = {"test_state_example", "hidden_state_machine"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-KEEP_COUNT = replacing("return max(scale / factor, min_scale), 0, False",
-                       "return max(scale / factor, min_scale), good_steps, False")
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"keep_count": edit_cell(source, "update_loss_scale", KEEP_COUNT)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader11"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=4, hidden=2)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "_ref_update_loss_scale", "good_steps += 1")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_keeping_the_count_after_an_overflow_gets_partial_marks(runs):

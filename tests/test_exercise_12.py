@@ -1,56 +1,40 @@
-"""Exercise 12 (pipeline schedules and the bubble), graded end to end with ``python -m grader``.
+"""Exercise 12 (pipeline schedules and the bubble): what is specific to it.
 
-Checked, with the grader runs started together once: the source notebook scores full marks;
-the released notebook scores 0 and grading it completes; the released notebook with the
-solution cells filled in from the source scores full marks; a wrong bubble formula plus an
-off-by-one 1F1B warm-up get partial marks, failing exactly their own tests, each with the hint
-written for that mistake and a link to the concept paragraph; in process (no grader), more
-plausible mistakes (no ValueError, GPipe's backwards reversed, a warm-up not cut at m, a
-deadlock not detected or not named, the equal-stage bubble, a start time that ignores the
-stage) fail exactly their tests with their hints; and,
-in process, the source's functions equal the reference on random inputs.
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
+
+* graded with ``python -m grader``: a wrong bubble formula plus an off-by-one 1F1B warm-up (in
+  one notebook) get partial marks, failing exactly their own tests, each with the hint written
+  for that mistake and a link to the concept paragraph;
+* in process (no grader): more plausible mistakes (no ValueError, GPipe's backwards reversed, a
+  warm-up not cut at m, a deadlock not detected or not named, the equal-stage bubble, a start
+  time that ignores the stage) fail exactly their tests with their hints;
+* in process: the source's functions equal ``reference_impl.train.pipeline_parallel`` on random inputs.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
-from reference_impl.train import pipeline
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
+from reference_impl.train import pipeline_parallel as pipeline
 
-ASSIGNMENT = "12_pipeline_schedule"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "pipeline_schedule.ipynb"
+SPEC = EXERCISES["12_pipeline_schedule"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 13.0
-SOLUTION_CELLS = ("bubble", "schedules", "simulate")
+MAX_SCORE = SPEC.max_score
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    # Two plausible mistakes in one notebook (one grading run fewer): a bubble over m instead of
-    # m + p - 1, and a 1F1B warm-up one forward too long.
-    both = edit_cell(source, "bubble", replacing("return (p - 1) / (m + p - 1)", "return (p - 1) / m"))
-    both = edit_cell(both, "schedules", replacing("w = min(p - s - 1, m)", "w = min(p - s, m)"))
-    wrong = {"wrong": both}
-    results = grade_assignment(tmp_path_factory.mktemp("grader12"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=8, hidden=4)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "_shuffled_schedule", "w = min(p - s - 1, m)")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_plausible_wrong_solutions_get_partial_marks_failing_exactly_their_tests(runs):

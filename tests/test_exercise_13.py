@@ -1,57 +1,41 @@
-"""Exercise 13 (a code generator for a dense layer with inlined weights), graded end to end.
+"""Exercise 13 (a code generator for a dense layer with inlined weights): what is specific to it.
 
-The hidden tests compile the learner's C with the system compiler inside the grader's
-sandbox, so these runs also check that the toolchain works there.
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py. The hidden tests compile the
+learner's C with the system compiler inside the grader's sandbox, so these gradings also check
+that the toolchain works there.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cell filled in from the source scores full marks;
-* a generator that writes every weight, zeros included, gets partial marks: its layers compute
-  the right values, the sparsity test fails, with the hint written for that mistake and a link
-  to the concept paragraph;
+* graded with ``python -m grader``: a generator that writes every weight, zeros included, gets
+  partial marks: its layers compute the right values, the sparsity test fails, with the hint
+  written for that mistake and a link to the concept paragraph;
 * in process (no grader): more plausible mistakes (no bias, W read transposed, the name argument
-  ignored, a dangling '+' for an all-zero column) fail exactly their tests with their hints;
+  ignored, a dangling '+' for an all-zero column) fail exactly their tests with their hints
   (every test cell having a hint and a link is tests/test_hints.py's);
 * in process: the source's generated layer, compiled, equals ``x @ W + b``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "13_codegen"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "codegen.ipynb"
+SPEC = EXERCISES["13_codegen"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 6.0
-SOLUTION_CELLS = ("generate_layer",)
+MAX_SCORE = SPEC.max_score
 
 pytestmark = pytest.mark.timeout(300)
 
 
-WITH_ZEROS = replacing("for k in np.flatnonzero(w[:, j])]", "for k in range(k_in)]")
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"with_zeros": edit_cell(source, "generate_layer", WITH_ZEROS)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader13"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "np.flatnonzero(w[:, j])")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_writing_zero_weights_gets_partial_marks(runs):

@@ -1,10 +1,14 @@
-"""Exercise 14 (a constant-folding pass), graded end to end with ``python -m grader``.
+"""Exercise 14 (a constant-folding pass): what is specific to it.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cell filled in from the source scores full marks;
-* deciding foldability on the *old* graph's inputs (so chains do not fold in one sweep) gets
-  partial marks: the rules test passes, the example and random-graph tests fail, each with the
-  hint written for that mistake and a link to the concept paragraph;
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
+
+* graded with ``python -m grader``: deciding foldability on the *old* graph's inputs (so chains
+  do not fold in one sweep) gets partial marks: the rules test passes, the example and
+  random-graph tests fail, each with the hint written for that mistake and a link to the
+  concept paragraph;
 * in process (no grader): more plausible mistakes (folding an op with a control input, a value
   of the wrong dtype, input values read from the old graph) fail exactly their tests with their
   hints;
@@ -12,44 +16,26 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "14_constant_folding"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "constant_folding.ipynb"
+SPEC = EXERCISES["14_constant_folding"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 7.0
-SOLUTION_CELLS = ("fold_constants",)
+MAX_SCORE = SPEC.max_score
 CHAIN_TESTS = {"test_fold_example", "hidden_random_graphs"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-OLD_INPUTS = replacing('all(t.op.type == "Const" for t in inputs)', 'all(t.op.type == "Const" for t in op.inputs)')
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"old_inputs": edit_cell(source, "fold_constants", OLD_INPUTS)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader14"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "_ref_constant_folding", "opdef.kernel(")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_folding_on_old_inputs_gets_partial_marks(runs):

@@ -1,59 +1,40 @@
-"""Exercise 15 (an SSP clock that enforces the staleness bound), graded end to end with
-``python -m grader``.
+"""Exercise 15 (an SSP clock that enforces the staleness bound): what is specific to it.
 
-What is checked, with the grader runs started together once:
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks;
-* a clock whose timeout names the waiting worker instead of the slow one gets partial marks:
-  the rule and the threads pass, the two tests of the error message fail, each with the hint
-  written for that mistake and a link to the concept paragraph;
+* graded with ``python -m grader``: a clock whose timeout names the waiting worker instead of
+  the slow one gets partial marks: the rule and the threads pass, the two tests of the error
+  message fail, each with the hint written for that mistake and a link to the concept paragraph;
 * in process (no grader): an off-by-one bound (``<`` for ``<=``), a bound one too loose, a
   ``wait_to_read`` that returns the wrong clock and a constructor that accepts no workers lose
-  exactly the tests they should, each with the hint written for its mistake; every test cell
-  has a hint and a link; and the source notebook's clock agrees with
-  ``reference_impl.ps.ssp_clock.SSPClock`` on a random schedule.
+  exactly the tests they should, each with the hint written for its mistake; and the source
+  notebook's clock agrees with ``reference_impl.ps.ssp_clock.SSPClock`` on a random schedule.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    by_id, edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, by_id, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "15_ssp_clock"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "ssp_clock.ipynb"
+SPEC = EXERCISES["15_ssp_clock"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 8.0
-SOLUTION_CELLS = ("clock",)
+MAX_SCORE = SPEC.max_score
 TESTS = {"test_example", "hidden_rule", "hidden_threads", "hidden_fail_fast"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-NAMES_ITSELF = replacing("slow = min(range(len(self.clocks)), key=self.clocks.__getitem__)", "slow = worker")
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"names_itself": edit_cell(source, "clock", NAMES_ITSELF)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader15"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=4, hidden=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "notify_all()", "_RefClock")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_naming_the_wrong_worker_gets_partial_marks(runs):

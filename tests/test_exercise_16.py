@@ -1,58 +1,41 @@
-"""Exercise 16 (a hashed crossed column), graded end to end with ``python -m grader``.
+"""Exercise 16 (a hashed crossed column): what is specific to it.
 
-What is checked, with the grader runs started together once:
+The checks every exercise shares (full marks with the solutions, zero for the stubs with the
+general hints, nothing secret in the release, every source cell passing in process) are
+tests/test_exercises.py's; the grading below is the session's one grading of this exercise
+(``graded``), with the wrong solution of tests/exercise_specs.py.
 
-* the released notebook scores 0, and grading it completes;
-* the released notebook with the solution cells filled in from the source scores full marks;
-* a bucket taken with the *signed* modulo (``h % m`` on int64: in range, but not the lab's
-  bucket) gets partial marks: only the exact bucket test fails, with the hint written for that
-  mistake and a link to the concept paragraph;
+* graded with ``python -m grader``: a bucket taken with the *signed* modulo (``h % m`` on int64:
+  in range, but not the lab's bucket) gets partial marks: only the exact bucket test fails,
+  with the hint written for that mistake and a link to the concept paragraph;
 * in process (no grader): more plausible wrong crosses and buckets lose exactly the tests they
   should, each with the hint written for its mistake (a symmetric XOR of hashed ids; a
   polynomial ``h * 31 + ids`` that does not mix; no salt; splitmix64's uint64 not viewed as
-  int64; ``abs(h) % m``; ``np.fmod``); and the source
-  notebook's functions equal the reference on random columns.
+  int64; ``abs(h) % m``; ``np.fmod``); and the source notebook's functions equal the reference
+  on random columns.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from notebook_tools import (
-    Hints, ROOT, assert_nothing_leaked, assert_partial_marks, assert_solved, assert_unimplemented_scores_zero,
-    edit_cell, grade_assignment, notebook_namespace, read_nb, replacing,
-)
+from exercise_specs import EXERCISES
+from notebook_tools import Hints, assert_partial_marks, edit_cell, notebook_namespace, read_nb, replacing
 
-ASSIGNMENT = "16_crossed_column"
-SOURCE = ROOT / "exercises" / "source" / ASSIGNMENT / "crossed_column.ipynb"
+SPEC = EXERCISES["16_crossed_column"]
+SOURCE = SPEC.source
 HINTS = Hints(SOURCE)
-MAX_SCORE = 8.0
-SOLUTION_CELLS = ("cross", "buckets")
+MAX_SCORE = SPEC.max_score
 TESTS = {"test_cross_example", "test_buckets_example", "hidden_cross", "hidden_buckets", "hidden_collisions"}
 
 pytestmark = pytest.mark.timeout(300)
 
 
-SIGNED_MOD = replacing("(h.view(np.uint64) % np.uint64(num_buckets)).astype(np.int64)", "h % num_buckets")
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    source = read_nb(SOURCE)
-    wrong = {"signed_mod": edit_cell(source, "buckets", SIGNED_MOD)}
-    results = grade_assignment(tmp_path_factory.mktemp("grader16"), SOURCE, ASSIGNMENT, SOLUTION_CELLS, wrong)
-    return results
-
-
-def test_released_notebook_with_solutions_scores_full_marks(runs):
-    """The learner's path: the released notebook (no hidden tests in it) with the solution
-    cells filled in scores full marks, so every hidden test came back from the gradebook."""
-    assert_solved(runs["released_solved"], ASSIGNMENT, MAX_SCORE, tests=5, hidden=3)
-
-
-def test_released_notebook_scores_zero_without_crashing(runs):
-    assert_unimplemented_scores_zero(runs["released"], MAX_SCORE)
-    assert_nothing_leaked(runs["released_text"], "splitmix64(h ^ ids)", "_ref_cross_hash")
+def runs(graded) -> dict[str, Any]:
+    return graded(SPEC.assignment)
 
 
 def test_signed_modulo_gets_partial_marks(runs):

@@ -5,7 +5,7 @@ in the module fixture ``runs`` (release, then every ``check`` as a parallel chil
 and each test reads its run's result. What is checked:
 
 * the source notebook (with its solutions) scores full marks (the released notebook, empty
-  and solved, is graded in tests/test_exercise_01.py);
+  and solved, is graded in tests/test_exercises.py);
 * an off-by-one in ``chunk_bounds`` (only uneven splits break) gets partial marks, and a
   locked test cell the learner rewrote is reported and graded with its original text;
 * a cell that never ends is stopped by the per-cell limit (grading completes) or by the

@@ -152,6 +152,8 @@ def runs(tmp_path_factory) -> dict[str, Any]:
         "numpy_patch": (edit_cell(source, "allgather", lambda s: "np.array_equal = lambda *a, **k: True\n" + s), ()),
         "helper_patch": (edit_cell(source, "allgather", lambda s: s + "\n\ndef on_ranks(*args, **kwargs):\n"
                                    "    return []\n"), ()),
+        "hidden_helper_patch": (edit_cell(source, "allgather", lambda s: s + "\n\ndef _smallest_first(*args, **kwargs):\n"
+                                          "    return None\n"), ()),
         "traceback_patch": (edit_cell(source, "chunk_bounds", "get_ipython()._showtraceback = "
                                       "lambda *a, **k: None\n\n" + wrong), ()),
         "reference_patch": (edit_cell(source, "chunk_bounds", wrong + "\nimport reference_impl.comm as _rc\n"
@@ -284,6 +286,15 @@ def test_redefined_test_helper_gets_no_credit(runs):
     assert result["score"] == points_before(runs["source"], "allgather")
     refused = [t for t in result["tests"] if not t["passed"]]
     assert refused and all("redefined the test helper on_ranks" in t["hint"] for t in refused)
+
+
+def test_redefined_hidden_helper_gets_no_credit(runs):
+    """A helper the hidden tests define once (in the first hidden test that needs it) and use in
+    later ones is protected too: redefining it in a later solution cell refuses every later test."""
+    result = runs["hidden_helper_patch"].result()
+    assert result["score"] == points_before(runs["source"], "allgather")
+    refused = [t for t in result["tests"] if not t["passed"]]
+    assert refused and all("redefined the test helper _smallest_first" in t["hint"] for t in refused)
 
 
 def test_hidden_traceback_display_gets_no_credit(runs):

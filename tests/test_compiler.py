@@ -37,18 +37,17 @@ def _mlp(widths=(16, 32, 32, 10), seed=0):
 def crossing(request, monkeypatch):
     """Run a test through both ways into the compiled code: the C entry point (``c_entry``, built
     where Python's headers are) and ctypes with pinned buffers (the fallback without them)."""
-    import importlib
+    from reference_impl.compiler import fast_call
 
-    jit_module = importlib.import_module("reference_impl.compiler.jit")
     if request.param == "ctypes":
-        monkeypatch.setattr(jit_module, "python_include_dir", lambda: None)
-    elif jit_module.python_include_dir() is None:
+        monkeypatch.setattr(fast_call, "python_include_dir", lambda: None)
+    elif fast_call.python_include_dir() is None:
         pytest.skip("no Python headers here: the C entry point is not built")
     return request.param
 
 
 def _check_crossing(f, crossing: str) -> None:
-    assert (f._entry is not None) == (crossing == "entry")
+    assert f.call_path == crossing
 
 
 # ---------------------------------------------------------------- freezing
@@ -255,7 +254,7 @@ def test_c_matmul_forms_agree():
     xs = rng.normal(size=(4, 40)).astype(np.float32)
     assert choose_format(w) == "unrolled" and choose_format(np.ones((4, 4))) == "dense"
     assert choose_format(np.eye(300, dtype=np.float32)) == "unrolled"
-    from reference_impl.compiler.c_codegen import host_has_avx512
+    from reference_impl.compiler.fast_kernels import host_has_avx512
     mask = np.random.default_rng(4).random((300, 300))
     assert choose_format(np.where(mask < 0.1, 1.0, 0.0)) == "csr"  # sparse: work per non-zero wins
     assert choose_format(np.where(mask < 0.3, 1.0, 0.0)) == ("bitmask" if host_has_avx512() else "csr")
@@ -284,8 +283,8 @@ def test_dense_weights_packed_in_panels():
 
 
 def test_large_arrays_are_embedded_from_a_file(monkeypatch, tmp_path):
-    from reference_impl.compiler import c_codegen
-    monkeypatch.setattr(c_codegen, "INLINE_MAX", 100)
+    from reference_impl.compiler import fast_kernels
+    monkeypatch.setattr(fast_kernels, "INLINE_MAX", 100)
     rng = np.random.default_rng(9)
     w = rng.normal(size=(40, 30)).astype(np.float32)
     g = G.Graph()
@@ -373,7 +372,8 @@ def test_bitmask_pack_round_trips_and_the_portable_kernel_agrees(tmp_path):
     AVX-512 (if this CPU has it) and in the portable loop compiled without it."""
     import ctypes
 
-    from reference_impl.compiler.c_codegen import RUN, bitmask_pack, generate_c
+    from reference_impl.compiler.c_codegen import generate_c
+    from reference_impl.compiler.fast_kernels import RUN, bitmask_pack
     from reference_impl.toolchain import build_shared_library, load_library
 
     rng = np.random.default_rng(21)
@@ -409,7 +409,7 @@ def test_c_results_are_fresh_arrays_and_calls_are_thread_safe(crossing):
     a later call (or another thread) runs, and a batch too big to pin takes the direct path."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from reference_impl.compiler.jit import PINNED_MAX_FLOATS
+    from reference_impl.compiler.fast_call import PINNED_MAX_FLOATS
 
     _, sess, x, y = _mlp(seed=11)
     f = jit(sess, y, [x], target="c")
@@ -519,12 +519,96 @@ def test_a_buffer_that_is_not_an_ndarray_still_works_after_the_slot_exists(cross
 def test_an_entry_point_that_does_not_build_falls_back_to_ctypes(monkeypatch, tmp_path):
     """Headers that do not compile (here: a folder without Python.h) cost the fast entry point,
     not the function: the graph is built again and called through ctypes."""
-    import importlib
+    from reference_impl.compiler import fast_call
 
-    jit_module = importlib.import_module("reference_impl.compiler.jit")
-    monkeypatch.setattr(jit_module, "python_include_dir", lambda: tmp_path)
+    monkeypatch.setattr(fast_call, "python_include_dir", lambda: tmp_path)
     _, sess, x, y = _mlp(widths=(5, 3), seed=22)
     f = jit(sess, y, [x], target="c", cache_dir=tmp_path)
-    assert f._entry is None
+    assert f.call_path == "ctypes"
     xs = np.ones((2, 5), np.float32)
     np.testing.assert_allclose(f(xs), sess.run(y, {x: xs}), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------- the plain path and the fast path
+def _layer(w, relu_bias=True):
+    g = G.Graph()
+    with g.as_default():
+        x = G.placeholder("float32", (None, w.shape[0]), name="x")
+        y = G.matmul(x, G.constant(w))
+        if relu_bias:
+            y = G.relu(y + G.constant(np.linspace(-1, 1, w.shape[1]).astype(np.float32)))
+    return G.Session(g), x, y
+
+
+@pytest.mark.parametrize("form,shape,density,same_code", [
+    ("dense", (70, 128), 1.0, False),  # fast: packed panels (N a multiple of 64)
+    ("dense", (100, 10), 1.0, False),  # fast: Wᵀ dot products (N < 64)
+    ("dense", (33, 80), 1.0, True),    # both: the row-major loop
+    ("csr", (300, 90), 0.1, False),    # fast: four partial sums, the batch transposed once
+    ("unrolled", (40, 30), 0.3, True),
+])
+def test_plain_and_fast_paths_give_the_same_outputs(form, shape, density, same_code, tmp_path):
+    rng = np.random.default_rng(31)
+    w = (rng.normal(size=shape) * (rng.random(shape) < density)).astype(np.float32)
+    sess, x, y = _layer(w)
+    fast = jit(sess, y, [x], "c", matmul_format=form, cache_dir=tmp_path, fast=True)
+    plain = jit(sess, y, [x], "c", matmul_format=form, cache_dir=tmp_path, fast=False)
+    assert fast.formats == plain.formats == {y.op.inputs[0].op.inputs[0].op.name: form}
+    assert plain.call_path == "plain" and fast.call_path in ("entry", "ctypes")
+    assert (plain.source == fast.source) == same_code  # the C differs where a fast kernel exists
+    for batch in (1, 5):
+        xs = rng.normal(size=(batch, shape[0])).astype(np.float32)
+        want = sess.run(y, {x: xs})
+        got_fast, got_plain = fast(xs), plain(xs)
+        np.testing.assert_allclose(got_plain, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(got_fast, got_plain, rtol=1e-5, atol=1e-5)
+    with pytest.raises(TypeError, match="feed x:0 must be float32, got float64"):
+        plain(np.ones((2, shape[0])))
+
+
+def test_the_fast_path_switch(monkeypatch, tmp_path):
+    """``fast=`` wins; without it ``LAB_JIT_FAST=0`` selects the plain path; ``bitmask`` is fast only."""
+    from reference_impl.compiler.c_codegen import generate_c
+
+    rng = np.random.default_rng(32)
+    w = rng.normal(size=(20, 64)).astype(np.float32)
+    sess, x, y = _layer(w)
+    panels = "float acc[2][64]"
+    assert panels in jit(sess, y, [x], "c", cache_dir=tmp_path).source
+    monkeypatch.setenv("LAB_JIT_FAST", "0")
+    plain = jit(sess, y, [x], "c", cache_dir=tmp_path)
+    assert plain.call_path == "plain" and panels not in plain.source
+    forced = jit(sess, y, [x], "c", cache_dir=tmp_path, fast=True)
+    assert forced.call_path != "plain" and panels in forced.source
+    monkeypatch.setenv("LAB_JIT_FAST", "1")
+    assert jit(sess, y, [x], "c", cache_dir=tmp_path).call_path != "plain"
+    assert jit(sess, y, [x], "c", cache_dir=tmp_path, fast=False).call_path == "plain"
+    xs = rng.normal(size=(3, 20)).astype(np.float32)
+    np.testing.assert_allclose(plain(xs), forced(xs), rtol=1e-5, atol=1e-5)
+    # the numpy target has no fast path: the switch changes nothing there
+    assert jit(sess, y, [x], "numpy", fast=False).call_path == "numpy"
+    mask = np.random.default_rng(33).random((300, 300))
+    assert choose_format(np.where(mask < 0.3, 1.0, 0.0), fast=False) == "csr"
+    with pytest.raises(ValueError, match="bitmask.*fast kernel"):
+        generate_c(sess.graph, ["x"], [y.name], "bitmask", fast=False)
+
+
+@pytest.mark.parametrize("crossing_off", [False, True])
+def test_int8_fast_and_portable_kernels_agree(crossing_off, monkeypatch, tmp_path):
+    """The int8 MLP: the VNNI kernel (where the CPU has it) and the portable loops, each through the
+    C entry point or ctypes, reproduce ``QuantizedMLP`` bit for bit."""
+    from reference_impl.compiler import c_entry
+    from reference_impl.quantize import QuantizedMLP, compile_int8
+
+    if crossing_off:
+        monkeypatch.setattr(c_entry, "python_include_dir", lambda: None)
+    rng = np.random.default_rng(34)
+    params = [rng.normal(size=(48, 64)).astype(np.float32) / 7, rng.normal(size=64).astype(np.float32) * 0.1,
+              rng.normal(size=(64, 10)).astype(np.float32) / 8, rng.normal(size=10).astype(np.float32) * 0.1]
+    q = QuantizedMLP.from_float(params, rng.normal(size=(64, 48)).astype(np.float32))
+    fast, portable = compile_int8(q, cache_dir=tmp_path), compile_int8(q, cache_dir=tmp_path, simd=False)
+    assert not portable.uses_vnni and (fast.entry is None) == crossing_off
+    for batch in (1, 7):
+        xs = rng.normal(size=(batch, 48)).astype(np.float32)
+        np.testing.assert_array_equal(fast(xs), q(xs))
+        np.testing.assert_array_equal(portable(xs), q(xs))

@@ -12,8 +12,9 @@ the file, and the median round is the headline.
 * ``mlp``: batch-1 inference of a 256-256-256-10 ReLU MLP: the graph interpreter
   (``Session.run``), hand-written NumPy, ``jit`` to NumPy source, ``jit`` to C with the weights
   compiled in (the whole call through its C entry point, the whole call through ctypes, and
-  the library call alone), and the int8 model in NumPy and in C (VNNI and portable loops);
-  plus the floor: a C loop that only reads as many floats as the MLP has weights;
+  the library call alone; ``jit_c_plain``: the plain path, ``jit(..., fast=False)``, plain
+  kernels and a checked ctypes call), and the int8 model in NumPy and in C (VNNI and portable
+  loops); plus the floor: a C loop that only reads as many floats as the MLP has weights;
 * ``sweep``: ``x @ W`` for a 1024×1024 ``W`` at densities 1–100 %, batch 1 and 64: dense BLAS
   (NumPy's ``@``), our NumPy CSR kernel, our NumPy BSR kernel on a 4×4-block-pruned ``W`` of
   the same density (structured vs unstructured), SciPy's CSR kernel, and the JIT's sparse kernels
@@ -21,6 +22,9 @@ the file, and the median round is the headline.
   where the non-zeros are few enough to compile quickly); the crossover density of each
   against dense BLAS;
 * ``compile``: code-generation + compile time and library size against the number of non-zeros;
+* ``paths``: one 256×256 layer in each of the forms dense, CSR and unrolled, batch 1 and 64,
+  through the JIT's fast path (``fast_kernels`` + ``fast_call``, the default) and its plain
+  path (``fast=False``): what the speed tricks are worth, form by form;
 * ``roofline``: this machine's read bandwidth (summing a 64 MiB array) and GEMM rate
   (1024³ float32 product) on the BLAS thread count used;
 * ``accuracy``: test accuracy of the digits MLP against sparsity, for gradual pruning by
@@ -95,7 +99,7 @@ def read_weights_call(params: list[np.ndarray], cache_dir: Path) -> Callable[[],
     """A call that reads as many float32 values as ``params`` hold (rounded down to 128), from a
     64-byte-aligned copy, through the same ctypes path as the JIT's library: the time the MLP's
     compiled kernel could not beat however its loops were written."""
-    from reference_impl.compiler.jit import C_FLAGS
+    from reference_impl.compiler.fast_kernels import FAST_C_FLAGS
     from reference_impl.toolchain import build_shared_library, load_library
 
     flat = np.concatenate([p.ravel() for p in params]).astype(np.float32)
@@ -104,7 +108,7 @@ def read_weights_call(params: list[np.ndarray], cache_dir: Path) -> Callable[[],
     start = (-raw.ctypes.data % 64) // 4
     w = raw[start:start + n]
     w[:] = flat[:n]
-    fn = load_library(build_shared_library(READ_WEIGHTS_C, name="read_weights", flags=C_FLAGS,
+    fn = load_library(build_shared_library(READ_WEIGHTS_C, name="read_weights", flags=FAST_C_FLAGS,
                                            cache_dir=cache_dir)).read_weights
     fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_void_p, ctypes.c_int64]
     args = (ctypes.c_void_p(w.ctypes.data), ctypes.c_int64(n))
@@ -145,6 +149,8 @@ def bench_mlp(repeats: int, cache_dir: Path, rounds_n: int = 5) -> dict[str, Any
     f_c, f_np = jit(sess, h, [x], "c", cache_dir=cache_dir), jit(sess, h, [x], "numpy")
     # the same library called through ctypes, as where Python's headers are missing (c_entry)
     f_ctypes = jit(sess, h, [x], "c", cache_dir=cache_dir, c_entry=False)
+    # the plain path: c_codegen's plain kernels, CompiledFunction's Python check, a plain ctypes call
+    f_plain = jit(sess, h, [x], "c", cache_dir=cache_dir, fast=False)
     q = QuantizedMLP.from_float(params, rng.normal(size=(256, MLP_WIDTHS[0])).astype(np.float32))
     q_c = compile_int8(q, cache_dir=cache_dir)
     q_portable = compile_int8(q, cache_dir=cache_dir, simd=False)  # the same bytes, plain loops
@@ -160,7 +166,7 @@ def bench_mlp(repeats: int, cache_dir: Path, rounds_n: int = 5) -> dict[str, Any
 
     impls = {"interpreter": lambda: sess.run(h, {x: xs}), "numpy": lambda: float_mlp(params, xs),
              "jit_numpy": lambda: f_np(xs), "jit_c": lambda: f_c(xs), "jit_c_ctypes": lambda: f_ctypes(xs),
-             "jit_c_kernel_only": kernel_only,
+             "jit_c_kernel_only": kernel_only, "jit_c_plain": lambda: f_plain(xs),
              "int8_numpy": lambda: q(xs), "int8_c": lambda: q_c(xs), "int8_c_portable": lambda: q_portable(xs)}
     want = sess.run(h, {x: xs})
     errors = {k: float(np.abs(fn() - want).max()) for k, fn in impls.items()}
@@ -195,7 +201,7 @@ def _sparse_weight(density: float, seed: int = 1) -> np.ndarray:
     return w * (rng.random(SHAPE) < density)
 
 
-def _jit_layer(w: np.ndarray, form: str, cache_dir: Path) -> tuple[Any, dict[str, Any]]:
+def _jit_layer(w: np.ndarray, form: str, cache_dir: Path, fast: bool = True) -> tuple[Any, dict[str, Any]]:
     import reference_impl.graph as G
     from reference_impl.compiler import jit
 
@@ -204,7 +210,7 @@ def _jit_layer(w: np.ndarray, form: str, cache_dir: Path) -> tuple[Any, dict[str
         x = G.placeholder("float32", (None, w.shape[0]), name="x")
         y = G.matmul(x, G.constant(w))
     t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    f = jit(G.Session(g), y, [x], "c", matmul_format=form, cache_dir=cache_dir)
+    f = jit(G.Session(g), y, [x], "c", matmul_format=form, cache_dir=cache_dir, fast=fast)
     seconds, c1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
     so = Path(f._run.library._name)
     # the compiler's own CPU time: on a shared machine wall time also counts other people's work
@@ -294,6 +300,31 @@ def bench_sweep(repeats: int, cache_dir: Path, densities: tuple, unrolled_nnz: t
             "compile": compiles}
 
 
+#: the ``paths`` section: one PATH_SHAPE layer per form, at a density that form is chosen for
+PATH_SHAPE = (256, 256)
+PATH_FORMS = {"dense": 1.0, "csr": 0.2, "unrolled": 0.03}
+
+
+def bench_paths(repeats: int, cache_dir: Path) -> dict[str, Any]:
+    """Seconds per call of the fast path (the default) and the plain path (``fast=False``) for
+    each form of ``PATH_FORMS``, batch by batch, and their ratio (plain / fast)."""
+    rng = np.random.default_rng(4)
+    seconds: dict[str, dict[str, dict[str, float]]] = {}
+    for form, density in PATH_FORMS.items():
+        w = (rng.normal(size=PATH_SHAPE) * (rng.random(PATH_SHAPE) < density)).astype(np.float32)
+        f_fast, _ = _jit_layer(w, form, cache_dir)
+        f_plain, _ = _jit_layer(w, form, cache_dir, fast=False)
+        seconds[form] = {}
+        for b in BATCHES:
+            x = rng.normal(size=(b, PATH_SHAPE[0])).astype(np.float32)
+            for f in (f_fast, f_plain):
+                if not np.allclose(f(x), x @ w, rtol=1e-4, atol=1e-4):
+                    raise AssertionError(f"the {f.call_path} path of the {form} form disagrees with x @ W")
+            t = per_call({"fast": lambda: f_fast(x), "plain": lambda: f_plain(x)}, repeats)
+            seconds[form][str(b)] = {**t, "plain_over_fast": t["plain"] / t["fast"]}
+    return {"shape": list(PATH_SHAPE), "densities": dict(PATH_FORMS), "batches": list(BATCHES), "seconds": seconds}
+
+
 def bench_roofline() -> dict[str, float]:
     a = np.ones(16 << 20, np.float32)  # 64 MiB
     a.sum()
@@ -355,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer densities, sparsities and methods (a smoke run)")
     parser.add_argument("--blas-threads", type=int, default=1, help="BLAS threads (0: library default)")
     args = parser.parse_args(argv)
+    from reference_impl.compiler.fast_kernels import FAST_C_FLAGS
     from reference_impl.compiler.jit import C_FLAGS, C_FLAGS_UNROLLED
     if args.repeats < 1 or args.epochs < 1 or args.blas_threads < 0 or args.rounds < 1:
         parser.error("need --repeats >= 1, --rounds >= 1, --epochs >= 1 and --blas-threads >= 0")
@@ -368,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         mlp = bench_mlp(MLP_REPEAT_FACTOR * args.repeats, cache, args.rounds)
         print("density sweep ...", flush=True)
         sweep = bench_sweep(args.repeats, cache, densities, UNROLLED_NNZ[:2] if args.quick else UNROLLED_NNZ)
+        print("fast path vs plain path ...", flush=True)
+        paths = bench_paths(args.repeats, cache)
     print("roofline ...", flush=True)
     roof = bench_roofline()
     print("accuracy vs sparsity ...", flush=True)
@@ -379,8 +413,9 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"repeats": args.repeats, "mlp_repeats": MLP_REPEAT_FACTOR * args.repeats,
                      "mlp_rounds": args.rounds, "quick": args.quick,
                      "blas_threads": args.blas_threads or "library default",
-                     "c_flags": " ".join(C_FLAGS) + f" (unrolled kernels: {' '.join(C_FLAGS_UNROLLED)})", "dtype": "float32"},
-        "mlp": mlp, "sweep": sweep, "roofline": roof, "accuracy": accuracy,
+                     "c_flags": " ".join(FAST_C_FLAGS) + f" (unrolled kernels: {' '.join(C_FLAGS_UNROLLED)})",
+                     "plain_path_c_flags": " ".join(C_FLAGS), "dtype": "float32"},
+        "mlp": mlp, "sweep": sweep, "paths": paths, "roofline": roof, "accuracy": accuracy,
         "total_seconds": time.perf_counter() - t_start,
     }
     write_json(args.out, document)

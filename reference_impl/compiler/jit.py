@@ -5,29 +5,35 @@
     print(f.source)               # the generated C (or NumPy) source
     print(f.report)               # (pass, ops before, ops after) for every pass
 
-The pipeline: ``freeze`` (variables → constants holding the session's current values),
-then constant folding, algebraic simplification, common-subexpression elimination,
-dead-code elimination and elementwise fusion, then code generation for ``target``:
+The idea, in the order this module reads:
 
-* ``"numpy"``: straight-line NumPy source (``numpy_codegen``), run with ``exec``;
-* ``"c"``: C source with the weights compiled in (``c_codegen``), built into a shared library
-  by ``reference_impl.toolchain``, and called through an entry point written in C (``c_entry``,
-  where Python's headers are) or else through ``ctypes`` with pinned buffers (``_CRunner``).
+1. **freeze**: variables → constants holding the session's current values (``freeze``);
+2. **optimise**: constant folding, algebraic simplification, common-subexpression
+   elimination, dead-code elimination and elementwise fusion (``optimize_for_inference``);
+3. **generate**: straight-line NumPy source (``numpy_codegen``, run with ``exec``) or C with the
+   weights compiled in (``c_codegen``, built into a shared library by ``reference_impl.toolchain``);
+4. **call**: ``CompiledFunction`` checks each feed's dtype, rank and sizes, then calls the
+   generated function, so a wrong input is a Python exception, never a crash inside C.
 
 Compiled functions are cached by a content hash of the generated source, which contains
 the whole optimised graph and (for C) every weight, plus (for NumPy) the weight arrays the
-source refers to: the same graph with the same weights
-is generated and compiled once per process (and once per machine for the ``.so``). Every call
-checks each feed's dtype, rank and sizes *before* the graph's compiled code runs (in the C
-entry point, which passes anything unexpected back to the Python check), so a wrong input
-is a Python exception, never a crash inside C.
+source refers to: the same graph with the same weights is generated and compiled once per
+process (and once per machine for the ``.so``).
+
+**The fast path** (the default for ``target="c"``) changes how steps 3 and 4 are done, not
+what they compute: ``fast_kernels`` emits matmul kernels tuned for the CPU (packed panels,
+batched CSR, the AVX-512 bitmask form) and ``fast_call`` makes the call cheap (the crossing
+written in C, ``c_entry``, or pinned ``ctypes`` buffers and a check by identity). Switch back to
+the plain kernels and the plain call with ``jit(..., fast=False)`` or ``LAB_JIT_FAST=0`` in the
+environment (the argument wins over the variable); both paths give the same outputs to float
+rounding, and the deploy benchmark times both.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import platform
-import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,7 +43,6 @@ from reference_impl.graph import (Graph, GraphError, Session, Tensor, common_sub
                                   constant_folding, dead_node_removal, optimize)
 
 from .c_codegen import generate_c
-from .c_entry import entry_source, load_entry, python_include_dir
 from .freeze import freeze
 from .fusion import elementwise_fusion
 from .numpy_codegen import generate_numpy
@@ -65,36 +70,103 @@ def optimize_for_inference(session: Session, fetches: Sequence[Tensor],
 
 
 TARGETS = ("c", "numpy")
-#: -march=native: the JIT compiles on the machine that runs the code (the host CPU is in the
-#: cache key, see ``host_cpu``); 512-bit vectors where the CPU has them (GCC and Clang default
-#: to 256-bit ones), which read a packed weight panel in half as many loads.
-C_FLAGS = ("-O3", "-march=native", "-mprefer-vector-width=512")
+#: the plain path's compiler flags: -march=native, as the JIT compiles on the machine that runs
+#: the code (the host CPU is in the cache key, see ``host_cpu``); ``fast_kernels.FAST_C_FLAGS``
+#: adds a preference for 512-bit vectors
+C_FLAGS = ("-O3", "-march=native")
 #: unrolled sparse code is straight-line: -O3's loop optimisations have nothing to do in it and
 #: the compile time of such long functions grows quickly with the optimisation level.
 C_FLAGS_UNROLLED = ("-O1", "-march=native")
+#: the environment variable that turns the fast path off (``0``, ``false``, ``no`` or ``off``)
+FAST_ENV = "LAB_JIT_FAST"
 
-_CACHE: dict[str, Any] = {}  # content hash -> the loaded run function
+_CACHE: dict[str, tuple[Any, Any, str]] = {}  # content hash + path -> (run function, fast call or None, path)
+
+
+def jit(session: Session, fetches: Any, feeds: Sequence[Tensor], target: str = "c", *, matmul_format: str = "auto",
+        fuse: bool = True, cache_dir: Any = None, fast: bool | None = None, c_entry: bool = True) -> CompiledFunction:
+    """Compile ``fetches`` of ``session.graph`` with the variables' current values inlined.
+
+    ``fetches`` is a tensor (the call returns one array) or a list of tensors (a list);
+    ``feeds`` the placeholders, in the order the call takes their arrays. ``matmul_format``
+    forces the C kernel form of constant-weight MatMuls (see ``c_codegen``). ``fast`` (C target):
+    True, the default, uses ``fast_kernels`` and ``fast_call``; False the plain emitters and a
+    plain checked ``ctypes`` call; None reads ``LAB_JIT_FAST`` (``0`` turns it off). ``c_entry``
+    (fast path): call the C code through an entry point written in C where Python's headers are
+    (``c_entry``); False, or no headers: through ``ctypes`` with pinned buffers. Raises
+    ``UnsupportedOpError`` (C target, an op it cannot emit), ``ToolchainError`` (no compiler;
+    the NumPy target needs none) or ``GraphError`` (a needed placeholder is not fed).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
+    fast = fast_path_enabled(fast)
+    single = isinstance(fetches, Tensor)
+    fetch_list = [fetches] if single else list(fetches)
+    for t in list(fetch_list) + list(feeds):
+        if not isinstance(t, Tensor) or t.graph is not session.graph:
+            raise GraphError(f"jit: {t!r} is not a tensor of this session's graph")
+    for t in feeds:
+        if t.op.type != "Placeholder":
+            raise GraphError(f"jit: feeds must be placeholders, {t.name} is a {t.op.type}")
+    # 1-2. freeze and optimise
+    graph, report = optimize_for_inference(session, fetch_list, fuse=fuse)
+    feed_names, fetch_names = [t.op.name for t in feeds], [t.name for t in fetch_list]
+    # 3. generate (and, for C, build)
+    if target == "numpy":
+        source, namespace = generate_numpy(graph, feed_names, fetch_names)
+        formats: dict[str, str] = {}
+        key = content_hash(target, source, namespace)
+        if key not in _CACHE:
+            _CACHE[key] = (_numpy_runner(source, namespace), None, "numpy")
+        run, fast_call, path = _CACHE[key]
+    else:
+        from reference_impl.toolchain import default_cache_dir, find_c_compiler  # noqa: PLC0415
+
+        find_c_compiler()  # no compiler: fail now, with the message that suggests target="numpy"
+        cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        cache_dir.mkdir(parents=True, exist_ok=True)  # large weights are written there first
+        source, formats = generate_c(graph, feed_names, fetch_names, matmul_format, blob_dir=cache_dir, fast=fast)
+        key = content_hash(target, source, {})
+        fetched = [graph.get_tensor_by_name(f) for f in fetch_names]
+        run, fast_call, path = _c_function(source, key, formats, list(feeds), fetched, cache_dir, fast, c_entry)
+    # 4. wrap it in the checked call
+    return CompiledFunction(target, source, key, run, graph, list(feeds), fetch_list, report, formats, single,
+                            fast_call, path)
+
+
+def fast_path_enabled(fast: bool | None) -> bool:
+    """``fast`` if given, else False only when ``LAB_JIT_FAST`` says 0/false/no/off."""
+    if fast is not None:
+        return bool(fast)
+    return os.environ.get(FAST_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class CompiledFunction:
-    """A generated function: call it with the feed arrays in order; it returns the fetched arrays."""
+    """A generated function: call it with the feed arrays in order; it returns the fetched arrays.
+
+    ``call_path`` says how a call reaches the code: ``"numpy"``, ``"plain"`` (``_check``, then
+    ``ctypes``), or on the fast path ``"entry"`` (the C entry point) or ``"ctypes"`` (pinned slots)."""
 
     def __init__(self, target: str, source: str, key: str, run: Any, graph: Graph, feeds: list[Tensor],
-                 fetches: list[Tensor], report: list, formats: dict[str, str], single: bool) -> None:
+                 fetches: list[Tensor], report: list, formats: dict[str, str], single: bool,
+                 fast_call: Any = None, call_path: str = "plain") -> None:
         self.target, self.source, self.graph, self.report, self.formats = target, source, graph, report, formats
         self.key = key
-        self._run, self._single = run, single
+        self._run, self._single, self.fast_call = run, single, fast_call
+        self.call_path = call_path
         self.feed_specs = [(t.name, t.shape, np.dtype(t.dtype)) for t in feeds]
         self.fetch_specs = [(t.name, t.shape, t.dtype) for t in fetches]
-        # the fast check (``_quick_check``) handles feeds whose only unknown dimension is the
-        # leading one: (dtype, leading size or None, the other sizes as a tuple) per feed
-        quick = [(dtype, shape[0], tuple(shape[1:])) for _, shape, dtype in self.feed_specs
-                 if shape is not None and len(shape) >= 1 and None not in shape[1:]]
-        self._quick = quick if len(quick) == len(self.feed_specs) else None
-        # the C runner's pinned calls by the feeds' shapes (``pinned_key``): a key is added only
-        # after feeds of those shapes passed ``_check``, so a hit leaves only the dtype to check
-        self._pinned: dict = getattr(run, "pinned", {})
-        self._entry = getattr(run, "entry", None)  # the C entry point's run(*feeds), if built
+
+    # --8<-- [start:call]
+    def __call__(self, *arrays: Any) -> Any:
+        if self.fast_call is not None:  # fast_call.py: the same checks, in C or by identity
+            results = self.fast_call(*arrays)
+            if results is not None:  # None: not sure, so take the checked path below
+                return results[0] if self._single else results
+        feeds, n = self._check(arrays)
+        results = self._run(n, feeds)
+        return results[0] if self._single else list(results)
+    # --8<-- [end:call]
 
     def _check(self, arrays: Sequence[Any]) -> tuple[list[np.ndarray], int]:
         """The feeds as contiguous arrays, and the batch size ``n`` (the unknown dimension)."""
@@ -103,9 +175,8 @@ class CompiledFunction:
                             f"({', '.join(n for n, _, _ in self.feed_specs)}), got {len(arrays)}")
         out, n = [], None
         for a, (name, shape, dtype) in zip(arrays, self.feed_specs):
-            if not isinstance(a, np.ndarray):
-                a = np.asarray(a)
-            if a.dtype != dtype:  # a dtype object: comparing names costs microseconds per call
+            a = np.asarray(a)
+            if a.dtype != dtype:
                 raise TypeError(f"feed {name} must be {dtype}, got {a.dtype}")
             if shape is not None:
                 if a.ndim != len(shape):
@@ -120,52 +191,8 @@ class CompiledFunction:
             out.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
         return out, 1 if n is None else n
 
-    def _quick_check(self, arrays: Sequence[Any]) -> int | None:
-        """The batch size if every feed is an ndarray of exactly the expected dtype and shape,
-        else None (then ``_check`` converts what it can and names what is wrong). Comparing a
-        dtype by identity and a shape as one tuple costs a fraction of a microsecond, which
-        matters when the compiled code itself runs for a few microseconds."""
-        if self._quick is None or len(arrays) != len(self._quick):
-            return None
-        n = None
-        for a, (dtype, lead, rest) in zip(arrays, self._quick):
-            if type(a) is not np.ndarray or a.dtype is not dtype or a.shape[1:] != rest or a.ndim == 0:
-                return None
-            if lead is None:
-                if n is not None and a.shape[0] != n:
-                    return None
-                n = a.shape[0]
-            elif a.shape[0] != lead:
-                return None
-        return 1 if n is None else n
-
-    # --8<-- [start:call]
-    def __call__(self, *arrays: Any) -> Any:
-        if self._entry is not None:  # C target with its entry point in C (``c_entry``)
-            results = self._entry(*arrays)
-            if results is not None:
-                return results[0] if self._single else results
-        pinned = self._pinned
-        if pinned:  # C target through ctypes: feeds of the same shapes as an earlier checked call?
-            try:
-                slot = pinned.get(arrays[0].shape if len(arrays) == 1 else pinned_key(arrays))
-            except (AttributeError, IndexError):  # not arrays, or none: the full check names it
-                slot = None
-            if slot is not None:
-                results = slot(arrays)
-                if results is not None:
-                    return results[0] if self._single else results
-        n = self._quick_check(arrays)
-        if n is not None:  # checked; contiguity is the runner's business (it copies or asks)
-            feeds: Any = arrays
-        else:
-            feeds, n = self._check(arrays)
-        results = self._run(n, feeds)
-        return results[0] if self._single else list(results)
-    # --8<-- [end:call]
-
     def __repr__(self) -> str:
-        return f"<CompiledFunction target={self.target} key={self.key[:12]}>"
+        return f"<CompiledFunction target={self.target} key={self.key[:12]} call={self.call_path}>"
 
 
 def content_hash(target: str, source: str, constants: dict[str, Any]) -> str:
@@ -187,12 +214,28 @@ def _numpy_runner(source: str, namespace: dict) -> Any:
     return lambda n, feeds: fn(*feeds)
 
 
-#: the C runner keeps pinned input/output buffers for a batch size when its feeds and fetches
-#: hold at most this many floats together (so small calls skip NumPy's slow pointer lookups) ...
-PINNED_MAX_FLOATS = 1 << 16
-#: ... for at most this many distinct feed shapes
-PINNED_MAX_BATCHES = 8
-_F32 = np.dtype(np.float32)
+# ---------------------------------------------------------------- the C library and its call
+class CRunner:
+    """``runner(n, feeds)`` calls ``graph_main`` with the (checked) feeds and new output arrays, so
+    a later call never overwrites what an earlier one returned."""
+
+    def __init__(self, lib: ctypes.CDLL, n_feeds: int, fetches: list[Tensor]) -> None:
+        self.library = lib  # keeps the library loaded as long as the runner lives
+        self.fn = lib.graph_main
+        self.fn.restype = ctypes.c_int
+        self.fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (n_feeds + len(fetches))
+        self.out_shapes = [t.shape for t in fetches]
+
+    def shapes(self, n: int) -> list[tuple[int, ...]]:
+        return [tuple(n if d is None else d for d in s) for s in self.out_shapes]
+
+    def __call__(self, n: int, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        feeds = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in feeds]
+        results = [np.empty(s, dtype=np.float32) for s in self.shapes(n)]
+        args = [ctypes.c_void_p(a.ctypes.data) for a in feeds + results]
+        if self.fn(ctypes.c_int64(n), *args) != 0:
+            raise MemoryError("the compiled graph could not allocate its intermediate buffers")
+        return results
 
 
 def host_cpu() -> str:
@@ -210,170 +253,32 @@ def host_cpu() -> str:
     return f"{platform.machine()} {model}"
 
 
-# --8<-- [start:runner]
-def _pinned_call(fn: Any, ins: list[np.ndarray], outs: list[np.ndarray], args: tuple, lock: threading.Lock) -> Any:
-    """A call through buffers owned by the runner: copy the feeds in, call, return copies of the
-    outputs (so an array a call returned never changes when a later call runs). ``args`` are the
-    ctypes arguments (batch size and buffer addresses), made once. The caller has matched the
-    feeds' shapes; the dtype must be float32 itself (``buf[...] = a`` would convert any other).
-    ``lock`` guards the buffers; if another thread holds it, or a dtype differs, this returns
-    None and the caller takes the checked, unpinned path instead of waiting."""
-    if len(ins) == 1 and len(outs) == 1:  # the common case, without loops
-        (x,), (y,) = ins, outs
-
-        def call(arrays: Sequence[Any]) -> list[np.ndarray] | None:
-            a = arrays[0]
-            if getattr(a, "dtype", None) is not _F32 or not lock.acquire(False):
-                return None
-            try:
-                x[...] = a  # any strides: the C code reads the contiguous copy
-                if fn(*args) != 0:
-                    raise MemoryError("the compiled graph could not allocate its intermediate buffers")
-                return [y.copy()]
-            finally:
-                lock.release()
-        return call
-
-    def call_many(arrays: Sequence[Any]) -> list[np.ndarray] | None:
-        if any(getattr(a, "dtype", None) is not _F32 for a in arrays) or not lock.acquire(False):
-            return None
-        try:
-            for buf, a in zip(ins, arrays):
-                buf[...] = a
-            if fn(*args) != 0:
-                raise MemoryError("the compiled graph could not allocate its intermediate buffers")
-            return [o.copy() for o in outs]
-        finally:
-            lock.release()
-    return call_many
-# --8<-- [end:runner]
-
-
-def pinned_key(arrays: Sequence[Any]) -> Any:
-    """The key of a pinned slot: the one feed's shape, or the tuple of the feeds' shapes."""
-    return arrays[0].shape if len(arrays) == 1 else tuple([a.shape for a in arrays])
-
-
-class _CRunner:
-    """The Python side of a compiled graph: ``runner(n, feeds)`` calls ``graph_main`` and returns
-    the fetched arrays, always freshly allocated (a later call never overwrites them).
-
-    Crossing from Python into C costs a good part of the C code's time for a small model, so
-    the common case is made cheap: for feeds of at most ``PINNED_MAX_FLOATS`` the first checked
-    call creates a pinned slot (``_pinned_call``) keyed by the feeds' shapes, whose ctypes
-    arguments are made once and which ``CompiledFunction.__call__`` looks up before any other
-    work. Larger batches pass the callers' arrays (made contiguous) and new outputs directly."""
-
-    def __init__(self, lib: ctypes.CDLL, n_feeds: int, fetches: list[Tensor]) -> None:
-        self.library = lib  # keeps the library loaded as long as the runner lives
-        self._fn = lib.graph_main
-        self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * (n_feeds + len(fetches))
-        self._out_shapes = [t.shape for t in fetches]
-        self.pinned: dict[tuple, Any] = {}
-        self._lock = threading.Lock()
-
-    def shapes(self, n: int) -> list[tuple[int, ...]]:
-        return [tuple(n if d is None else d for d in s) for s in self._out_shapes]
-
-    def _pin(self, n: int, feeds: Sequence[np.ndarray]) -> Any:
-        """The pinned slot for these (checked) feeds, made on first use; None if too big."""
-        key = pinned_key(feeds)
-        slot = self.pinned.get(key)
-        floats = sum(a.size for a in feeds) + sum(int(np.prod(s)) for s in self.shapes(n))
-        if slot is None and floats <= PINNED_MAX_FLOATS and len(self.pinned) < PINNED_MAX_BATCHES:
-            ins = [np.empty(a.shape, np.float32) for a in feeds]
-            outs = [np.empty(s, np.float32) for s in self.shapes(n)]
-            args = (ctypes.c_int64(n),) + tuple(ctypes.c_void_p(a.ctypes.data) for a in ins + outs)
-            slot = self.pinned.setdefault(key, _pinned_call(self._fn, ins, outs, args, self._lock))
-        return slot
-
-    def __call__(self, n: int, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        slot = self._pin(n, feeds)
-        results = slot(feeds) if slot is not None else None
-        if results is None:  # too big to pin, or another thread is using the pinned buffers
-            feeds = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in feeds]
-            results = [np.empty(s, dtype=np.float32) for s in self.shapes(n)]
-            args = [ctypes.c_void_p(a.ctypes.data) for a in list(feeds) + results]
-            if self._fn(ctypes.c_int64(n), *args) != 0:
-                raise MemoryError("the compiled graph could not allocate its intermediate buffers")
-        return results
-
-
-def _c_runner(source: str, flags: tuple[str, ...], feeds: list[Tensor], fetches: list[Tensor], cache_dir: Any,
-              entry_module: str | None) -> _CRunner:
-    """Build (or find in the cache) the library for ``source`` and wrap it in a ``_CRunner``.
-
-    With ``entry_module`` (where this Python has its headers, see ``c_entry``) the library is
-    also that extension module, and ``runner.entry`` its ``run``: the whole call in C. If that
-    library does not build or import (headers that do not match this interpreter), the graph
-    is built again without it and called through ``ctypes``."""
+def build_c(source: str, flags: tuple[str, ...], cache_dir: Any) -> Path:
+    """The shared library of ``source`` for this CPU (built once, then found in the cache)."""
     from reference_impl import toolchain  # noqa: PLC0415
 
-    def build(code: str, options: tuple[str, ...]) -> Path:
-        tag = f"/* built with {' '.join(options)} for {hashlib.sha256(host_cpu().encode()).hexdigest()[:16]} */\n"
-        return toolchain.build_shared_library(tag + code, name="jit", flags=options, cache_dir=cache_dir)
-
-    if entry_module is not None:
-        try:
-            path = build(source + entry_source(entry_module, [t.shape for t in feeds], [t.shape for t in fetches]),
-                         flags + (f"-I{python_include_dir()}",))
-            runner = _CRunner(toolchain.load_library(path), len(feeds), fetches)
-            runner.entry = load_entry(path, entry_module).run
-            return runner
-        except (toolchain.CompileError, ImportError):
-            pass
-    runner = _CRunner(toolchain.load_library(build(source, flags)), len(feeds), fetches)
-    runner.entry = None
-    return runner
+    tag = f"/* built with {' '.join(flags)} for {hashlib.sha256(host_cpu().encode()).hexdigest()[:16]} */\n"
+    return toolchain.build_shared_library(tag + source, name="jit", flags=flags, cache_dir=cache_dir)
 
 
-def jit(session: Session, fetches: Any, feeds: Sequence[Tensor], target: str = "c", *, matmul_format: str = "auto",
-        fuse: bool = True, cache_dir: Any = None, c_entry: bool = True) -> CompiledFunction:
-    """Compile ``fetches`` of ``session.graph`` with the variables' current values inlined.
+def _c_function(source: str, key: str, formats: dict[str, str], feeds: list[Tensor], fetches: list[Tensor],
+                cache_dir: Path, fast: bool, c_entry: bool) -> tuple[Any, Any, str]:
+    """(runner, fast call or None, call path) for the C ``source``, built once per process and path."""
+    from reference_impl import toolchain  # noqa: PLC0415
 
-    ``fetches`` is a tensor (the call returns one array) or a list of tensors (a list);
-    ``feeds`` the placeholders, in the order the call takes their arrays. ``matmul_format``
-    forces the C kernel form of constant-weight MatMuls (see ``c_codegen``). ``c_entry``: call
-    the C code through an entry point written in C where Python's headers are (``c_entry``);
-    False, or no headers: through ``ctypes`` (``_CRunner``). Raises
-    ``UnsupportedOpError`` (C target, an op it cannot emit), ``ToolchainError`` (no compiler;
-    the NumPy target needs none) or ``GraphError`` (a needed placeholder is not fed).
-    """
-    if target not in TARGETS:
-        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
-    single = isinstance(fetches, Tensor)
-    fetch_list = [fetches] if single else list(fetches)
-    for t in list(fetch_list) + list(feeds):
-        if not isinstance(t, Tensor) or t.graph is not session.graph:
-            raise GraphError(f"jit: {t!r} is not a tensor of this session's graph")
-    for t in feeds:
-        if t.op.type != "Placeholder":
-            raise GraphError(f"jit: feeds must be placeholders, {t.name} is a {t.op.type}")
-    graph, report = optimize_for_inference(session, fetch_list, fuse=fuse)
-    feed_names = [t.op.name for t in feeds]
-    fetch_names = [t.name for t in fetch_list]
-    if target == "numpy":
-        source, namespace = generate_numpy(graph, feed_names, fetch_names)
-        formats: dict[str, str] = {}
-    else:
-        from reference_impl.toolchain import default_cache_dir, find_c_compiler  # noqa: PLC0415
+    if not fast:
+        flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else C_FLAGS
+        if key + "+plain" not in _CACHE:
+            _CACHE[key + "+plain"] = (CRunner(toolchain.load_library(build_c(source, flags, cache_dir)),
+                                              len(feeds), fetches), None, "plain")
+        return _CACHE[key + "+plain"]
+    from . import fast_call  # noqa: PLC0415 (fast_call builds on this module)
+    from .fast_kernels import FAST_C_FLAGS  # noqa: PLC0415
 
-        find_c_compiler()  # no compiler: fail now, with the message that suggests target="numpy"
-        cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-        cache_dir.mkdir(parents=True, exist_ok=True)  # large weights are written there first
-        source, formats = generate_c(graph, feed_names, fetch_names, matmul_format, blob_dir=cache_dir)
-    key = content_hash(target, source, namespace if target == "numpy" else {})
-    entry = target == "c" and c_entry and python_include_dir() is not None and all(  # feeds it can check
-        t.dtype == "float32" and t.shape is not None and len(t.shape) <= 2 and None not in t.shape[1:] for t in feeds)
-    runner_key = key + ("+entry" if entry else "")
+    flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else FAST_C_FLAGS
+    entry = c_entry and fast_call.entry_possible(feeds)
+    runner_key = key + ("+entry" if entry else "+fast")
     if runner_key not in _CACHE:
-        if target == "numpy":
-            _CACHE[runner_key] = _numpy_runner(source, namespace)
-        else:
-            flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else C_FLAGS
-            fetched = [graph.get_tensor_by_name(f) for f in fetch_names]
-            _CACHE[runner_key] = _c_runner(source, flags, list(feeds), fetched, cache_dir,
-                                           f"jit_entry_{key[:20]}" if entry else None)
-    return CompiledFunction(target, source, key, _CACHE[runner_key], graph, list(feeds), fetch_list, report, formats,
-                            single)
+        _CACHE[runner_key] = fast_call.build(source, flags, feeds, fetches, cache_dir,
+                                             f"jit_entry_{key[:20]}" if entry else None)
+    return _CACHE[runner_key]

@@ -33,7 +33,7 @@ class SparseTable:
         self.dim, self.name, self.seed, self.init_scale = dim, name, seed, init_scale
         self.optimizer = optimizer if optimizer is not None else SGD()
         self.index = RowIndex()  # id -> row of self.values
-        self._last_lookup = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))  # (ids, rows)
+        self._last = LastLookup()  # a speed trick: a push after the pull of the same ids skips the search
         self.values = np.zeros((16, dim))
         self.slots = self.optimizer.init_slots((16, dim))
         self.updates = np.zeros(16, dtype=np.int64)  # per-row step count (Adam's t)
@@ -63,20 +63,21 @@ class SparseTable:
 
         One ``RowIndex.find`` for the batch; the ids it does not know get the next free
         rows, their initial values, and one ``RowIndex.insert``. Nothing here loops over ids
-        in Python. An id never changes row (a table only adds rows), so the answer of the
-        last lookup is kept: a push naming exactly the ids of the pull before it (what
-        ``sparse_table_push`` sends) costs one comparison instead of a second search.
+        in Python. (``LastLookup`` answers a repeated lookup without searching.)
         """
         ids = as_ids(ids)
         flat = ids.ravel()
-        last_ids, last_rows = self._last_lookup
-        if len(flat) == len(last_ids) and (flat == last_ids).all():
-            return last_rows.reshape(ids.shape).copy()  # a copy: the caller may write to it
+        rows = self._last.rows_if_same(flat)
+        if rows is None:
+            rows = self._find_or_create(flat, create)
+            self._last.keep(flat, rows)
+        return rows.reshape(ids.shape)
+
+    def _find_or_create(self, flat: np.ndarray, create: bool) -> np.ndarray:
         rows = self.index.find(flat)
         missing = rows < 0
         if not missing.any():
-            self._last_lookup = (flat.copy(), rows.copy())  # copies: the caller may reuse its arrays
-            return rows.reshape(ids.shape)
+            return rows
         if not create:
             raise KeyError(
                 f"sparse table {self.name!r}: push for {int(missing.sum())} id(s) never pulled, "
@@ -92,8 +93,7 @@ class SparseTable:
                     out=self.values[start:start + len(new)])  # = initial_rows(new), written in place
         self.index.insert_sorted(new, new_rows)
         rows[missing] = new_rows[which]
-        self._last_lookup = (flat.copy(), rows.copy())
-        return rows.reshape(ids.shape)
+        return rows
 
     def pull(self, ids: np.ndarray) -> np.ndarray:
         """A copy of the rows of ``ids`` (``(len(ids), dim)``), creating new ones."""
@@ -155,6 +155,27 @@ class ShardedSparseTable:
         rows = [shard.rows_of(routed[lo:hi], create=False) for shard, (lo, hi) in zip(self.shards, bounds)]
         for shard, shard_rows, (lo, hi) in zip(self.shards, rows, bounds):
             shard.apply_rows(shard_rows, routed_grads[lo:hi])
+
+
+class LastLookup:
+    """The answer of a shard's last lookup, kept (a speed trick, not part of the idea). An id never
+    changes row (a table only adds rows), so a push naming exactly the ids of the pull before it
+    (what ``sparse_table_push`` sends) costs one comparison instead of a second search. Measured
+    (timeit, pull then push of the same unique ids, best of 9, a shared 2-core machine): 4,000 ids
+    of 100,000 rows, dim 16: 280-380 µs with it, 660 µs without; 500 ids: 25 vs 48-55 µs; 4,000
+    ids of 1,000,000 rows, dim 64: 1.2 vs 2.0 ms; 64 ids of 10,000: 10 vs 16 µs."""
+
+    def __init__(self) -> None:
+        self.ids = self.rows = np.zeros(0, dtype=np.int64)
+
+    def rows_if_same(self, flat: np.ndarray) -> np.ndarray | None:
+        """A copy of the kept rows (the caller may write to it) if ``flat`` is the kept ids, else None."""
+        if len(flat) == len(self.ids) and (flat == self.ids).all():
+            return self.rows.copy()
+        return None
+
+    def keep(self, flat: np.ndarray, rows: np.ndarray) -> None:
+        self.ids, self.rows = flat.copy(), rows.copy()  # copies: the caller may reuse its arrays
 
 
 def is_strictly_increasing(ids: np.ndarray) -> bool:

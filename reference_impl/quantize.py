@@ -259,16 +259,19 @@ def int8_c_source(model: QuantizedMLP) -> str:
 _LOADED: dict[Path, Any] = {}  # library path -> its loaded entry module (an extension loads once)
 
 
-def compile_int8(model: QuantizedMLP, cache_dir: Any = None, *, simd: bool = True) -> Any:
+def compile_int8(model: QuantizedMLP, cache_dir: Any = None, *, simd: bool | None = None) -> Any:
     """A callable ``f(x)`` (x: float32, n × K) running the int8 MLP in compiled C.
 
     The call enters C through the JIT's entry point (``compiler.c_entry``: the feed is checked
     and the output allocated in C) where Python's headers are, else through ``ctypes``.
     ``simd=False`` builds the portable loops even on a CPU with VNNI (to compare the two);
-    ``f.uses_vnni`` says which one runs."""
+    by default it follows the JIT's fast-path switch (``LAB_JIT_FAST``, see
+    ``compiler.jit.fast_path_enabled``). ``f.uses_vnni`` says which one runs."""
     from .compiler.c_entry import entry_source, load_entry, python_include_dir
-    from .compiler.jit import host_cpu
+    from .compiler.jit import fast_path_enabled, host_cpu
     from .toolchain import CompileError, build_shared_library, load_library
+
+    simd = fast_path_enabled(simd)
 
     k, n_out = model.weights[0].shape[0], model.weights[-1].shape[1]
     flags = INT8_FLAGS + (() if simd else ("-DQMLP_PORTABLE",))

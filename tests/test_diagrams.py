@@ -165,7 +165,7 @@ def test_the_jit_diagram_states_the_op_counts_the_compiler_reports():
     from reference_impl.compiler import optimize_for_inference
 
     g = G.Graph()
-    with g.as_default():  # the model of reference_impl/compiler/example.py (counts do not depend on values)
+    with g.as_default():  # the model of docs/generators/jit_example.py (counts do not depend on values)
         x = G.placeholder("float32", (None, 4), name="x")
         w1, b1, w2 = G.Variable(np.ones((4, 3), np.float32)), G.Variable(np.ones(3, np.float32)), \
             G.Variable(np.ones((3, 2), np.float32))

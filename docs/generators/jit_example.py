@@ -1,12 +1,13 @@
 """The small model whose generated C the "JIT compilation" page shows.
 
-``python -m reference_impl.compiler.example`` rewrites ``docs/assets/generated/jit_example.c``;
+``python docs/generators/jit_example.py`` rewrites ``docs/assets/generated/jit_example.c``;
 ``tests/test_compiler.py`` fails if the committed file differs from what the generator
 produces now, so the page always shows the code this compiler really emits.
 
 The model: ``relu(x @ W1 + b1) @ W2`` with a dense 4×3 ``W1`` and a pruned 3×2 ``W2`` (half its
 weights zero), so one listing shows a pre-packed dense loop, a fused bias+ReLU loop and an
-unrolled sparse layer whose weights are literals in the code.
+unrolled sparse layer whose weights are literals in the code. A generator of the site, not
+part of the compiler: it lives under ``docs/generators/``.
 """
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import numpy as np
 
 import reference_impl.graph as G
 
-from .c_codegen import generate_c
-from .jit import optimize_for_inference
+from reference_impl.compiler.c_codegen import generate_c
+from reference_impl.compiler.jit import optimize_for_inference
 
-OUT = Path("docs/assets/generated/jit_example.c")
+OUT = Path(__file__).resolve().parents[1] / "assets" / "generated" / "jit_example.c"
 
 
 def example_source() -> str:

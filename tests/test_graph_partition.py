@@ -86,6 +86,26 @@ def test_placer_colocates_updates_with_their_variable_and_follows_inputs():
     assert dev["y"] == dev["z"] == W1 and dev["e"] == dev["w"] == W0
 
 
+def test_a_sparse_row_update_is_placed_with_its_variable():
+    """ScatterUpdate (a sparse optimiser's row write) is registered as updating its first input's
+    variable, so the placer puts it where the table lives, as it does Assign."""
+    from reference_impl.train.optimizers import GradientDescent
+
+    g = G.Graph()
+    with g.as_default():
+        with g.device("/job:ps/task:0"):
+            table = G.Variable(np.ones((5, 2), np.float32), name="table")
+        with g.device("/job:worker/task:1"):
+            ids = G.placeholder("int64", [None], name="ids")
+            loss = G.reduce_sum(G.gather(table, ids))
+            GradientDescent(0.1).minimize(loss)
+    updates = [op for op in g.operations if op.type == "ScatterUpdate"]
+    assert updates, "the sparse path should write rows with ScatterUpdate"
+    placed = {op.name: op.device for op in G.place(g).operations}
+    assert {placed[op.name] for op in updates} == {PS}
+    assert G.REGISTRY["ScatterUpdate"].updates_variable and G.REGISTRY["Assign"].updates_variable
+
+
 def test_unplaced_ops_follow_their_first_input_else_the_default():
     g = G.Graph()
     with g.as_default():

@@ -11,10 +11,8 @@ from __future__ import annotations
 from typing import Iterable
 
 from reference_impl.graph import Graph, GraphError, Session, dead_node_removal
+from reference_impl.graph.registry import get_op_def
 from reference_impl.graph.rewrite import copy_op
-
-#: ops that change a session's state; a frozen (inference) graph must not need them.
-_STATE_CHANGING = ("Assign", "AssignAdd", "AssignSub")
 
 
 def freeze(session: Session, keep: Iterable[str]) -> Graph:
@@ -26,7 +24,7 @@ def freeze(session: Session, keep: Iterable[str]) -> Graph:
     pruned = dead_node_removal(session.graph, keep)
     new, tmap, omap = Graph(), {}, {}
     for op in pruned.operations:
-        if op.type in _STATE_CHANGING:
+        if get_op_def(op.type).updates_variable:
             raise GraphError(f"cannot freeze: the fetches need {op.type} op {op.name!r}, which changes a "
                              "variable; fetch the inference outputs only")
         if op.type == "VariableV2":

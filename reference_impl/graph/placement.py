@@ -10,7 +10,8 @@ device string, following three rules in this order:
 
 1. **Colocation.** Ops that must share a device form a group: an op and the ops it names
    in ``colocation`` (``with graph.colocate_with(v)``), and a variable with every
-   Assign/AssignAdd/AssignSub that updates it (the update must run where the value lives).
+   op that updates it (Assign, AssignAdd, AssignSub, ScatterUpdate: the ops registered with
+   ``updates_variable``), since the update must run where the value lives.
    If two members of a group asked for different devices the constraint cannot be met, and
    ``PlacementError`` names both ops and both devices.
 2. **An explicit request** (``with graph.device(...)``) places the op, and its whole group.
@@ -27,9 +28,9 @@ import re
 from dataclasses import dataclass
 
 from .core import Graph, GraphError, Operation
+from .registry import get_op_def
 from .rewrite import copy_op
 
-REF_UPDATES = ("Assign", "AssignAdd", "AssignSub")
 _PART = re.compile(r"^(job|replica|task|device):(.+)$")
 
 
@@ -110,7 +111,7 @@ def colocation_groups(graph: Graph) -> dict[Operation, Operation]:
                 raise PlacementError(f"op {op.name!r} must be colocated with {name!r}, "
                                      "which is not in the graph") from None
             union(other, op)
-        if op.type in REF_UPDATES and op.inputs and op.inputs[0].op.type == "VariableV2":
+        if get_op_def(op.type).updates_variable and op.inputs and op.inputs[0].op.type == "VariableV2":
             union(op.inputs[0].op, op)
     return {op: find(op) for op in graph.operations}
 

@@ -23,10 +23,12 @@ For example, in ``ops/math.py``::
 
 Every built-in op is registered in ``graph/ops/``; code elsewhere only applies them.
 
-Two flags say what else the runtime must know: ``stateful`` (placeholders, variables and
+Three flags say what else the runtime must know: ``stateful`` (placeholders, variables and
 their updates, ``NoOp``, ``_Send``/``_Recv``: the passes never fold such an op nor merge it
-with a twin) and ``reads_state`` (its output *is* the variable store's array, as a variable
-read's or an assignment's is: the executor hands out a fetch of it as a copy).
+with a twin), ``reads_state`` (its output *is* the variable store's array, as a variable
+read's or an assignment's is: the executor hands out a fetch of it as a copy) and
+``updates_variable`` (it writes the variable its first input reads, as ``Assign`` and
+``ScatterUpdate`` do: the placer puts it with that variable, and a frozen graph cannot hold it).
 
 Graph construction, the executor, eager mode, the passes and the gradient builder all read
 this one table.
@@ -53,17 +55,19 @@ class OpDef:
     stateful: bool = False  # never folded, merged or removed as a duplicate
     num_outputs: int = 1
     reads_state: bool = False  # the output is the variable store's array: fetches get a copy
+    updates_variable: bool = False  # writes the variable of its first input: placed with it
 
 
 REGISTRY: dict[str, OpDef] = {}
 
 
 def register(type: str, *, infer: Callable, kernel: Callable, grad: Callable | None = None,
-             stateful: bool = False, num_outputs: int = 1, reads_state: bool = False) -> OpDef:
+             stateful: bool = False, num_outputs: int = 1, reads_state: bool = False,
+             updates_variable: bool = False) -> OpDef:
     """Add op ``type`` to the registry (one call per op; everything but the name by keyword)."""
     if type in REGISTRY:
         raise GraphError(f"op type {type!r} is already registered")
-    REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs, reads_state)
+    REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs, reads_state, updates_variable)
     return REGISTRY[type]
 
 

@@ -91,9 +91,11 @@ def _assign_sub_kernel(inputs: list, attrs: dict, state: dict) -> Any:
 
 
 # A new array per update (not in place): ops that read the old value in the same step keep it.
-register("Assign", infer=_ref_infer, kernel=_assign_kernel, stateful=True, reads_state=True)
-register("AssignAdd", infer=_ref_infer, kernel=_assign_add_kernel, stateful=True, reads_state=True)
-register("AssignSub", infer=_ref_infer, kernel=_assign_sub_kernel, stateful=True, reads_state=True)
+register("Assign", infer=_ref_infer, kernel=_assign_kernel, stateful=True, reads_state=True, updates_variable=True)
+register("AssignAdd", infer=_ref_infer, kernel=_assign_add_kernel, stateful=True, reads_state=True,
+         updates_variable=True)
+register("AssignSub", infer=_ref_infer, kernel=_assign_sub_kernel, stateful=True, reads_state=True,
+         updates_variable=True)
 
 
 class Variable:

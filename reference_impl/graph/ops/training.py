@@ -65,7 +65,8 @@ register("UniqueRows", infer=_unique_rows_infer, kernel=_unique_rows_kernel)
 # [values (n, ...), indices (n,)] -> one summed row per distinct index, in UniqueRows' order
 register("SumRows", infer=_sum_rows_infer, kernel=_sum_rows_kernel)
 # [variable, rows, values] -> the variable with those rows replaced (stored in the session)
-register("ScatterUpdate", infer=_scatter_update_infer, kernel=_scatter_update_kernel, stateful=True)
+register("ScatterUpdate", infer=_scatter_update_infer, kernel=_scatter_update_kernel, stateful=True,
+         updates_variable=True)
 
 
 def unique_rows(indices: Any) -> Any:
@@ -79,10 +80,12 @@ def sum_rows(values: Any, indices: Any) -> Any:
 
 
 def scatter_update(variable: Any, rows: Any, values: Any) -> Any:
-    """Replace rows ``rows`` of graph variable ``variable`` by ``values`` when run."""
+    """Replace rows ``rows`` of graph variable ``variable`` by ``values`` when run; placed with
+    the variable, as every update is (the write must happen where the table lives)."""
     ref = as_tensor(variable)
-    return apply_op("ScatterUpdate", [ref, as_tensor(rows), as_tensor(values)],
-                    {"shared_name": ref.op.attrs["shared_name"]})
+    with ref.graph.colocate_with(ref.op):
+        return apply_op("ScatterUpdate", [ref, as_tensor(rows), as_tensor(values)],
+                        {"shared_name": ref.op.attrs["shared_name"]})
 
 
 # ---------------------------------------------------------------- a choice made at run time

@@ -12,15 +12,22 @@ One concept per module, picotron-style, so each file reads in one sitting:
   temporaries per rank, for plain data parallelism and ZeRO stages 1-3 (Rajbhandari et al.
   2020), predicted from the transformer's own arrays and checked against ``tracemalloc``.
 
-To come, one file per strategy on the communicators of ``reference_impl.comm``: ZeRO-1/2/3
-and FSDP (optimiser state, gradients, then parameters sharded over data-parallel ranks), and
-low precision (bf16 and fp8 compute with float32 master weights).
+* ``zero``: ZeRO stages 0-3 as one data-parallel trainer (``ZeroTrainer(comm, config, params,
+  stage=...)``) on the communicators of ``reference_impl.comm``: optimiser state, gradients,
+  then parameters sharded over the ranks, with padding, exact traffic and memory accounting,
+  and sharded checkpoints that restore at another rank count or stage;
+* ``fsdp``: stage 3's schedule (gather a layer, run it, free it; prefetch the next gather on
+  the communication thread) and what it holds at each phase.
+
+To come: low precision (bf16 and fp8 compute with float32 master weights).
 """
-from . import adam, corpus, memory, transformer
+from . import adam, corpus, fsdp, memory, transformer, zero
 from .adam import Adam
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)
 from .transformer import (GPTConfig, Layer, backward, backward_layers, forward, init_params, layers, logits,
                           loss_and_grads, n_params, param_shapes, step_flops)
+from .zero import (Unit, ZeroTrainer, comm_elements, flat_units, load_sharded, padded_params, save_sharded,
+                   zero_memory)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

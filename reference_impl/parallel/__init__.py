@@ -19,9 +19,13 @@ One concept per module, picotron-style, so each file reads in one sitting:
 * ``fsdp``: stage 3's schedule (gather a layer, run it, free it; prefetch the next gather on
   the communication thread) and what it holds at each phase.
 
-To come: low precision (bf16 and fp8 compute with float32 master weights).
+* ``low_precision``: bf16 and float16 training with float32 master weights (real
+  ``ml_dtypes`` arrays; float16 with the lab's dynamic loss scaler), and the underflow,
+  overflow and bytes of each format;
+* ``fp8``: fp8 linear layers with per-tensor delayed scaling from an amax history (E4M3
+  forward, E5M2 backward, as Transformer Engine's HYBRID recipe).
 """
-from . import adam, corpus, fsdp, memory, transformer, zero
+from . import adam, corpus, fp8, fsdp, low_precision, memory, transformer, zero
 from .adam import Adam
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from reference_impl.models.insteval import JOINT_CONFIG
 from reference_impl.train.__main__ import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +37,8 @@ def test_help_shows_every_default_and_ends_with_the_exit_codes():
     for action in options():
         if action.default is not None:
             assert f"(default: {action.default})" in flat, action.dest
-    for needle in ("(default: local)", "(default: 2)", "(default: 1)", "(default: 256)"):
+    for needle in ("(default: local)", "(default: 2)", f"(default: {JOINT_CONFIG.epochs})", "(default: 256)",
+                   f"(default: {JOINT_CONFIG.ftrl_alpha})", f"(default: {JOINT_CONFIG.embedding_dim})"):
         assert needle in flat
     head, sep, epilog = run.stdout.partition("exit codes:")
     assert sep and "--json" in head
@@ -57,3 +59,8 @@ def test_ps_run_prints_late_gradients_dropped():
 def test_bad_command_line_exits_2():
     run = train(["--strategy", "allreduce", "--consistency", "asp"])
     assert run.returncode == 2 and "needs --strategy ps" in run.stderr
+
+
+def test_bad_hyper_parameter_exits_2():
+    run = train(["--embedding-dim", "0"])
+    assert run.returncode == 2 and "--embedding-dim" in run.stderr

@@ -68,6 +68,36 @@ def test_one_joint_step_moves_every_part_along_the_finite_difference_gradient(rn
     assert any(abs(g) > 1e-4 for g in numeric)
 
 
+def test_the_embedding_penalty_is_a_per_example_l2_term(rng):
+    """With ``embedding_l2 = lam`` the step follows the gradient of mean log-loss plus
+    ``lam / 2 * ||e||^2`` for every row ``e`` each example looks up, averaged over the batch."""
+    feats, labels = _features(rng, 16), (rng.random(16) < 0.5).astype(float)
+    user, item = fc.dynamic_categorical_column("user"), fc.categorical_column_with_hash_bucket("item", 8)
+    lam = 0.7
+    model = WideDeep([user], [fc.embedding_column(user, 3), fc.embedding_column(item, 2)], hidden=(5,),
+                     wide_optimizer=SGD(0.1), deep_optimizer=SGD(0.1), embedding_optimizer=SGD(0.1), seed=3,
+                     embedding_l2=lam)
+    model.predict_logits(feats)
+    tables = [model.embeddings["user_embedding"], model.embeddings["item_embedding"]]
+
+    def loss():
+        z = model.predict_logits(feats)
+        rows = [t.pull(c.ids(feats)) for t, c in zip(tables, (user, item))]
+        return float(np.mean(np.logaddexp(0, z) - labels * z) + lam / 2 * np.mean(sum((r**2).sum(1) for r in rows)))
+
+    values = tables[0].shards[0].values
+    old, eps = values[0, 1], 1e-6
+    values[0, 1] = old + eps
+    up = loss()
+    values[0, 1] = old - eps
+    down = loss()
+    values[0, 1] = old
+    model.train_step(feats, labels)
+    assert (old - values[0, 1]) / 0.1 == pytest.approx((up - down) / (2 * eps), abs=1e-6)
+    with pytest.raises(ValueError, match="embedding_l2"):
+        WideDeep([user], [], mode="wide", embedding_l2=-1.0)
+
+
 def test_wide_and_deep_modes_drop_the_other_part(rng):
     assert _model("wide").layers == [] and _model("wide").embeddings == {}
     assert _model("deep").wide_columns == []
@@ -174,7 +204,7 @@ def test_the_command_runs_every_consistency_rule_on_real_server_ranks(capsys):
     from reference_impl.train.__main__ import main
 
     common = ["wide_deep", "--strategy", "ps", "--workers", "3", "--limit", "768", "--batch", "96", "--slowdown", "4",
-              "--json"]
+              "--epochs", "1", "--json"]
     out = {}
     for rule in ("asp", "ssp", "backup", "easgd"):
         assert main([*common, "--consistency", rule, "--staleness", "1"]) == 0

@@ -9,9 +9,10 @@
   hash-bucket column, a crossed column and a polynomial cross, with the birthday formula;
 * ``assets/bench/ps-traffic.svg``: bytes per step of the parameter server and of the
   mirrored (all-reduce) strategy against the embedding table's size;
-* ``assets/bench/ps-wide-deep.svg``: test AUC and log-loss on InstEval of each model
-  (logistic regression, wide-only, deep-only, joint) and of the joint model trained on
-  parameter servers and on mirrored workers, with the joint model's margins written out.
+* ``assets/bench/ps-wide-deep.svg``: test AUC and log-loss on InstEval of each tuned model
+  (the scikit-learn logistic-regression peer, wide-only, deep-only, joint) and of the joint
+  model trained on parameter servers and on mirrored workers; and, on the synthetic click
+  log, each model's test AUC short of the true model's (the gap to Bayes).
 
 ``<!-- bench:ps:summary -->`` becomes the tables: throughput against the NumPy lower bound,
 traffic, time to target, and Wide & Deep quality.
@@ -39,8 +40,19 @@ def _check(path: Path, data: dict[str, Any]) -> None:
         for row in rows:
             if len(row.get("curve_time", [])) != len(row.get("curve_best_logloss", [])):
                 raise bad(path, f"consistency {name}/{row.get('model')}: curve lengths differ")
-    if not data["wide_deep"].get("insteval", {}).get("rows"):
-        raise bad(path, "'wide_deep.insteval.rows' must be a non-empty list")
+    for part in ("insteval", "click_log"):
+        rows = data["wide_deep"].get(part, {}).get("rows")
+        if not rows:
+            raise bad(path, f"'wide_deep.{part}.rows' must be a non-empty list")
+        keys = [r.get("key") for r in rows]
+        if keys != ["lr_peer", "wide", "deep", "joint"]:
+            raise bad(path, f"'wide_deep.{part}.rows' must be the LR peer, wide, deep and joint models, got {keys}")
+        for r in rows:
+            for k in ("model", "config", "valid_auc", "auc", "logloss"):
+                if k not in r:
+                    raise bad(path, f"wide_deep.{part} {r['key']}: missing '{k}'")
+    if "bayes_auc" not in data["wide_deep"]["click_log"]:
+        raise bad(path, "'wide_deep.click_log' needs 'bayes_auc'")
 
 
 def _median_time(values: list[float]) -> str:
@@ -50,37 +62,69 @@ def _median_time(values: list[float]) -> str:
     return f"{statistics.median([v if math.isfinite(v) else float('inf') for v in values]):.1f}"
 
 
-def _wide_deep_figure(ins: dict[str, Any], machine: str) -> bytes:
-    """Two panels of horizontal bars, one bar per model: test AUC and test log-loss."""
+COLOURS = {"lr_peer": "0.55", "wide": "C0", "deep": "C1", "joint": "C3"}
+
+
+def _config_text(row: dict[str, Any]) -> str:
+    """The chosen hyper-parameters of one model, short."""
+    c = row["config"]
+    if row["key"] == "lr_peer":
+        return f"{c['features']}, C = {c['C']:g}"
+    parts = []
+    if "ftrl_alpha" in c:
+        parts.append(f"FTRL α {c['ftrl_alpha']:g}, L1 {c['ftrl_l1']:g}, L2 {c['ftrl_l2']:g}")
+    if "embedding_dim" in c:
+        parts.append(f"embeddings {c['embedding_dim']}, Adagrad {c['embedding_lr']:g}, Adam {c['mlp_lr']:g}, "
+                     f"embedding L2 {c['embedding_l2']:g}")
+    return "; ".join(parts) + f"; {c['epochs']} epoch" + ("s" if c["epochs"] != 1 else "")
+
+
+def _wide_deep_figure(wd: dict[str, Any], machine: str) -> bytes:
+    """Three panels of horizontal bars: InstEval test AUC, InstEval test log-loss (one bar per
+    tuned model, then the joint model on parameter servers and on mirrored workers), and
+    each model's test AUC short of the Bayes AUC on the synthetic click log."""
+    ins, ck = wd["insteval"], wd["click_log"]
     rows = list(ins["rows"]) + [ins[k] for k in ("parameter_servers", "mirrored") if k in ins]
     names = [r["model"] for r in rows]
-    colours = ["C0" if "joint" not in n else ("C3" if n == "wide & deep (joint)" else "C2") for n in names]
-    fig, _ = figure(f"InstEval, {ins['train']} train / {ins['test']} test ratings, {ins['epochs']} epochs. "
-                    f"Measured on {machine}")
-    fig.set_size_inches(9, 3.6)
-    fig.clear()  # two panels instead of plotkit's one: redo its grid and caption
-    fig.supxlabel(f"InstEval, {ins['train']} train / {ins['test']} test ratings, {ins['epochs']} epochs. "
-                  f"Measured on {machine}", fontsize=7, color="0.35")
-    ax_auc, ax_loss = fig.subplots(1, 2, sharey=True)
+    colours = [COLOURS.get(r.get("key"), "C2") for r in rows]
+    caption = (f"InstEval: {ins['train']} training ratings ({ins['valid']} of them the validation split that "
+               f"chose every model's settings), {ins['test']} test. Click log: {ck['train']} training, "
+               f"{ck['test']} test examples. Measured on {machine}")
+    fig, _ = figure(caption)
+    fig.set_size_inches(10, 4.4)
+    fig.clear()  # three panels instead of plotkit's one: redo its grid and caption
+    fig.supxlabel(caption, fontsize=7, color="0.35")
+    grid = fig.add_gridspec(2, 2, height_ratios=[len(rows), len(ck["rows"]) + 1])
+    ax_auc = fig.add_subplot(grid[0, 0])
+    ax_loss = fig.add_subplot(grid[0, 1], sharey=ax_auc)
+    ax_gap = fig.add_subplot(grid[1, :])
     y = list(range(len(rows)))[::-1]
-    for ax, key, label in ((ax_auc, "auc", "test AUC (0.5 = chance; higher is better)"),
-                           (ax_loss, "logloss", "test log-loss (lower is better)")):
+    for ax, key, label in ((ax_auc, "auc", "InstEval test AUC (higher is better; the axis is cut)"),
+                           (ax_loss, "logloss", "InstEval test log-loss (lower is better; the axis is cut)")):
         values = [r[key] for r in rows]
         ax.barh(y, values, color=colours)
         lo, hi = min(values), max(values)
-        pad = (hi - lo) * 0.25
-        ax.set_xlim(0.5 if key == "auc" else lo - pad, hi + pad)
+        pad = max((hi - lo) * 0.4, 0.002)
+        ax.set_xlim(lo - pad, hi + pad)
         for yi, v in zip(y, values):
             ax.text(v, yi, f" {v:.4f}", va="center", fontsize=7)
-        ax.set_xlabel(label)
+        ax.set_xlabel(label, fontsize=8)
         ax.grid(True, axis="x", alpha=0.3)
     ax_auc.set_yticks(y, names, fontsize=7)
-    by = {r["model"]: r for r in rows}
-    joint = by.get("wide & deep (joint)")
-    others = [n for n in names[:len(ins["rows"])] if n != "wide & deep (joint)"]
-    if joint and others:
-        margins = ", ".join(f"{by[n]['model'].split(' (')[0]} {joint['auc'] - by[n]['auc']:+.4f}" for n in others)
-        ax_auc.set_title(f"joint AUC minus: {margins}", fontsize=7)
+    ax_loss.tick_params(labelleft=False)
+    peer = ins["rows"][0]
+    ax_auc.axvline(peer["auc"], color="0.4", linestyle=":", linewidth=1)
+    ax_auc.set_title("InstEval, every model tuned on the same validation split", fontsize=8)
+    gaps = [ck["bayes_auc"] - r["auc"] for r in ck["rows"]]
+    yg = list(range(len(gaps)))[::-1]
+    ax_gap.barh(yg, gaps, color=[COLOURS[r["key"]] for r in ck["rows"]])
+    for yi, v in zip(yg, gaps):
+        ax_gap.text(v, yi, f" {v:.4f}", va="center", fontsize=7)
+    ax_gap.set_xlim(0, max(gaps) * 1.25)
+    ax_gap.set_yticks(yg, [r["model"] for r in ck["rows"]], fontsize=7)
+    ax_gap.set_xlabel(f"synthetic click log: Bayes AUC ({ck['bayes_auc']:.4f}) minus test AUC "
+                      "(lower is better; 0 = the true model)", fontsize=8)
+    ax_gap.grid(True, axis="x", alpha=0.3)
     return svg(fig)
 
 
@@ -146,7 +190,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         ax.legend(fontsize=7)
         figs["collisions"] = svg(fig)
 
-    figs["wide-deep"] = _wide_deep_figure(data["wide_deep"]["insteval"], machine)
+    figs["wide-deep"] = _wide_deep_figure(data["wide_deep"], machine)
 
     thr_machine = data.get("section_machines", {}).get("throughput")
     lines = ["**Pull + push throughput** (one process, one shard, Zipf ids from a vocabulary of 1M, "
@@ -179,18 +223,29 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     for i, name in enumerate(names):
         cells = [_median_time(rows[i]["time_to_target"]) for rows in con["scenarios"].values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    ins = data["wide_deep"]["insteval"]
-    lines += ["", (f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} train / {ins['test']} test, "
-              f"{ins['epochs']} epochs):"), "", "| model | test AUC | test log-loss |", "|---|---:|---:|"]
+    wd = data["wide_deep"]
+    ins, proto = wd["insteval"], wd.get("protocol", {})
+    lines += ["", (f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} training ratings, of which "
+              f"{ins['valid']} are the validation split that chose each model's settings, then every model "
+              f"retrained on all {ins['train']}; {ins['test']} test ratings"
+              + (f"; {proto['trials']} random configurations per W&D model, early stopping on validation AUC "
+                 f"with patience {proto['patience']}, at most {proto['max_epochs']} epochs; the peer's C over "
+                 f"{', '.join(f'{c:g}' for c in proto['c_grid'])}" if proto else "") + "):"), "",
+              "| model | chosen settings | validation AUC | test AUC | test log-loss |", "|---|---|---:|---:|---:|"]
     for r in ins["rows"]:
-        lines.append(f"| {r['model']} | {r['auc']:.4f} | {r['logloss']:.4f} |")
+        lines.append(f"| {r['model']} | {_config_text(r)} | {r['valid_auc']:.4f} | {r['auc']:.4f} | "
+                     f"{r['logloss']:.4f} |")
     strategies = [ins[k] for k in ("parameter_servers", "mirrored") if k in ins]
     for st in strategies:
-        lines.append(f"| {st['model']} | {st['auc']:.4f} | {st['logloss']:.4f} |")
+        lines.append(f"| {st['model']} | same as joint | | {st['auc']:.4f} | {st['logloss']:.4f} |")
     if strategies:
         lines += ["", "Test AUC minus the single-process joint model's (same batches; only the order of "
                       "floating-point sums differs): " +
                   ", ".join(f"{st['model'].split(', ')[-1]}: {st['auc_minus_local']:+.1e}" for st in strategies) + "."]
+    if ins.get("seen_in_training"):
+        lines += ["", "Fraction of InstEval test ratings whose value of a column or cross occurs in the training "
+                      "split: " + ", ".join(f"{k.replace(' x ', ' × ')} {v:.1%}"
+                                            for k, v in ins["seen_in_training"].items()) + "."]
     if data.get("collisions"):
         lines += ["", (f"**Hash-bucket collisions** ({data['collisions'][0]['buckets']} buckets): fraction of distinct "
                       "values that share their bucket with another, measured and by the birthday formula "
@@ -205,8 +260,14 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         for c in by_m:
             lines.append(f"| {c['buckets']} | {c['hash_bucket_measured']:.4f} | {c['crossed_pairs_measured']:.4f} | "
                          f"{c['polynomial_cross_measured']:.4f} | {c['birthday_formula']:.4f} |")
-    ck = data["wide_deep"]["click_log"]
-    lines += ["", (f"**Synthetic click log**: a wide model reaches test log-loss {ck['logloss']:.4f} "
-              f"(AUC {ck['auc']:.4f}) against the true model's {ck['bayes_logloss']:.4f} (AUC {ck['bayes_auc']:.4f})."),
-              "", f"*Machine:* {machine}."]
+    ck = wd["click_log"]
+    lines += ["", (f"**Synthetic click log** ({ck['train']} training examples, {ck['valid']} of them for "
+              f"validation, {ck['test']} test; the true model's test AUC {ck['bayes_auc']:.4f} and log-loss "
+              f"{ck['bayes_logloss']:.4f}):"), "",
+              "| model | chosen settings | validation AUC | test AUC | Bayes AUC − test AUC | "
+              "test log-loss − Bayes |", "|---|---|---:|---:|---:|---:|"]
+    for r in ck["rows"]:
+        lines.append(f"| {r['model']} | {_config_text(r)} | {r['valid_auc']:.4f} | {r['auc']:.4f} | "
+                     f"{ck['bayes_auc'] - r['auc']:.4f} | {r['logloss'] - ck['bayes_logloss']:.4f} |")
+    lines += ["", f"*Machine:* {machine}."]
     return figs, "\n".join(lines) + "\n"

@@ -22,11 +22,18 @@
   with another (``categorical_column_with_hash_bucket``), against the birthday formula;
   ``collisions_by_buckets``: the same against the bucket count, also for a crossed column
   over every pair of small ids and for a polynomial cross that does not mix;
-* ``wide_deep``: test AUC and log-loss on InstEval of plain logistic regression (one-hot
-  base columns), wide-only (with crosses), deep-only and joint Wide & Deep, and the joint
-  model again on 2 parameter servers + 2 workers and on 2 mirrored workers (thread
-  ranks); and on the synthetic
-  click log, a wide model's log-loss against the true model's (Bayes) log-loss.
+* ``wide_deep``: on InstEval and on the synthetic click log (with informative crosses,
+  ``CLICK_LOG``), the LR peer (scikit-learn ``LogisticRegression`` on one-hot ids, the
+  feature set and ``C`` chosen on validation) and wide-only, deep-only and joint Wide & Deep
+  (FTRL wide part, Adagrad embeddings, Adam MLP), each tuned with the same budget on a
+  validation split cut from the training data (random search over ``SEARCH_SPACE``, early
+  stopping on validation AUC), then retrained on train + validation and scored on the test
+  split: test AUC and log-loss, and on the click log the gap to the Bayes AUC and log-loss;
+  the fraction of test values of each InstEval column and cross seen in training; and the
+  tuned joint model again on 2 parameter servers + 2 workers and on 2 mirrored workers
+  (thread ranks). The joint model's chosen settings are ``models.insteval.JOINT_CONFIG``,
+  the defaults of ``python -m reference_impl.train wide_deep``. ``--quick`` tunes 2
+  candidates for at most 2 epochs on 20,000 InstEval ratings and 10,000 click-log examples.
 """
 from __future__ import annotations
 
@@ -34,20 +41,27 @@ import json
 import statistics
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..comm import CountingCommunicator, allreduce, run_threads
 from ..models import ClickLog
 from ..models import feature_columns as fc
-from ..models.insteval import insteval_columns, load_insteval, train_test_split
+from ..models.click_log import logloss
+from ..models.insteval import (
+    CROSSES,
+    insteval_columns,
+    insteval_model,
+    load_insteval,
+    seen_in_training,
+    train_test_split,
+    train_validation_split,
+)
 from ..models.strategies import mirrored_rank, ps_rank
-from ..models.wide_deep import WideDeep, auc, fit
+from ..models.wide_deep import WideDeep, WideDeepConfig, auc, build, early_stopping, fit
 from ..ps import (
-    FTRL,
     SGD,
-    Adagrad,
     ClusterSpec,
     ShardedSparseTable,
     sparse_table_pull,
@@ -215,28 +229,142 @@ def consistency(horizon: float, seeds: int) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- Wide & Deep
 
+WD_MODELS = {"wide": "wide only (base + crosses, FTRL)", "deep": "deep only (embeddings + MLP, Adagrad/Adam)",
+             "joint": "wide & deep (joint)"}
+LR_PEER = "logistic regression (scikit-learn, tuned)"
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)
+# The search space every W&D model draws its candidates from (log-uniform ranges, one choice).
+SEARCH_SPACE = {"ftrl_alpha": [0.3, 30.0], "ftrl_l1": [1e-4, 1e-2], "ftrl_l2": [1e-3, 1.0],
+                "embedding_dim": [4, 8, 16, 32], "embedding_lr": [0.01, 0.3], "mlp_lr": [1e-4, 3e-3],
+                "embedding_l2": [0.01, 10.0]}
+# The synthetic click log of the Wide & Deep demonstration: additive per-id weights plus, for
+# every pair of fields, a random weight per pair of ids (memorisable) and a low-rank part
+# (generalisable): see ``models.click_log``.
+CLICK_LOG = {"n_fields": 3, "vocab_size": 300, "zipf_exponent": 1.0, "weight_scale": 1.5, "bias": -1.0,
+             "cross_scale": 1.0, "latent_dim": 4, "latent_scale": 1.0}
 
-def wide_deep(epochs: int) -> dict[str, Any]:
-    tr, ytr, te, yte = train_test_split(load_insteval())
-    base, wide, deep = insteval_columns()
-    ftrl = lambda: FTRL(alpha=0.3, beta=1.0, l1=0.0, l2=3.0)
-    models = {"logistic regression (base one-hot)": WideDeep(base, [], mode="wide", wide_optimizer=ftrl()),
-              "wide only (base + crosses, FTRL)": WideDeep(wide, deep, mode="wide", wide_optimizer=ftrl()),
-              "deep only (embeddings + MLP, Adagrad/Adam)": WideDeep(wide, deep, mode="deep"),
-              "wide & deep (joint)": WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl())}
+
+def draw_configs(n: int, seed: int = 2016) -> list[WideDeepConfig]:
+    """``n`` candidate configurations drawn from ``SEARCH_SPACE`` (random search). Wide-only,
+    deep-only and joint models all get this same list, each reading its own settings, so
+    every model has the same budget."""
+    rng = np.random.default_rng(seed)
+    log_uniform = lambda lo, hi: float(f"{10 ** rng.uniform(np.log10(lo), np.log10(hi)):.3g}")
+    out = []
+    for _ in range(n):
+        draw = {k: int(rng.choice(v)) if k == "embedding_dim" else log_uniform(*v) for k, v in SEARCH_SPACE.items()}
+        out.append(WideDeepConfig(**draw))
+    return out
+
+
+def tune_wide_deep(mode: str, make: Callable[[str, WideDeepConfig], WideDeep], candidates: list[WideDeepConfig],
+                   train: dict[str, np.ndarray], ytrain: np.ndarray, valid: dict[str, np.ndarray],
+                   yvalid: np.ndarray, max_epochs: int, patience: int) -> dict[str, Any]:
+    """Every candidate trained on ``train`` with early stopping on ``valid`` (validation AUC);
+    the best one, its epoch count set to where its validation AUC peaked. Sees no test data."""
+    trials = []
+    for config in candidates:
+        result = early_stopping(lambda: make(mode, config), train, ytrain, valid, yvalid, max_epochs, patience)
+        trials.append({"config": config.with_epochs(result["epochs"]).relevant(mode), **result})
+    best = max(trials, key=lambda t: t["valid_auc"])
+    return {"config": best["config"], "valid_auc": best["valid_auc"], "valid_logloss": best["valid_logloss"],
+            "trials": trials}
+
+
+def _id_matrix(columns: list, features: dict[str, np.ndarray]) -> np.ndarray:
+    return np.stack([c.ids(features) for c in columns], axis=1)
+
+
+def _fit_lr(columns: list, c: float, features: dict[str, np.ndarray], labels: np.ndarray):
+    """scikit-learn's LogisticRegression on the one-hot ids of ``columns`` (L2 penalty ``1/C``,
+    liblinear, which solves to its tolerance); returns a function from features to logits."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import OneHotEncoder
+
+    encoder = OneHotEncoder(handle_unknown="ignore").fit(_id_matrix(columns, features))
+    model = LogisticRegression(C=c, solver="liblinear", max_iter=1000)
+    model.fit(encoder.transform(_id_matrix(columns, features)), labels)
+    if model.n_iter_.max() >= model.max_iter:
+        raise RuntimeError(f"LogisticRegression did not converge (C={c})")
+    return lambda feats: model.decision_function(encoder.transform(_id_matrix(columns, feats))), int(model.n_iter_.max())
+
+
+def tune_lr_peer(feature_sets: dict[str, list], train: dict[str, np.ndarray], ytrain: np.ndarray,
+                 valid: dict[str, np.ndarray], yvalid: np.ndarray, c_grid: tuple[float, ...]) -> dict[str, Any]:
+    """The LR peer: every (feature set, C) fitted on ``train`` and scored on ``valid``; the one
+    with the best validation AUC. Sees no test data."""
+    trials = []
+    for name, columns in feature_sets.items():
+        for c in c_grid:
+            predict, iters = _fit_lr(columns, c, train, ytrain)
+            z = predict(valid)
+            trials.append({"config": {"features": name, "C": c}, "valid_auc": auc(z, yvalid),
+                           "valid_logloss": logloss(z, yvalid), "iterations": iters})
+    best = max(trials, key=lambda t: t["valid_auc"])
+    return {"config": best["config"], "valid_auc": best["valid_auc"], "valid_logloss": best["valid_logloss"],
+            "trials": trials}
+
+
+def compare(make: Callable[[str, WideDeepConfig], WideDeep], feature_sets: dict[str, list],
+            train: dict[str, np.ndarray], ytrain: np.ndarray, test: dict[str, np.ndarray], ytest: np.ndarray,
+            trials: int, max_epochs: int, patience: int, c_grid: tuple[float, ...], label: str) -> list[dict[str, Any]]:
+    """The LR peer and the three W&D models: each tuned on a validation split cut from
+    ``train`` (the test split is not passed to the tuning), then retrained with its chosen
+    configuration on the whole of ``train`` (train + validation) and scored on the test split."""
+    fit_x, fit_y, valid_x, valid_y = train_validation_split(train, ytrain)
     rows = []
-    for name, model in models.items():
+    t0 = time.perf_counter()
+    tuned = tune_lr_peer(feature_sets, fit_x, fit_y, valid_x, valid_y, c_grid)
+    predict, _ = _fit_lr(feature_sets[tuned["config"]["features"]], tuned["config"]["C"], train, ytrain)
+    z = predict(test)
+    rows.append({"key": "lr_peer", "model": LR_PEER, **tuned, "auc": auc(z, ytest), "logloss": logloss(z, ytest),
+                 "seconds": time.perf_counter() - t0})
+    candidates = draw_configs(trials)
+    for mode, name in WD_MODELS.items():
         t0 = time.perf_counter()
-        history = fit(model, tr, ytr, epochs=epochs, batch=256)
-        metrics = model.evaluate(te, yte)
-        rows.append({"model": name, **metrics, "train_loss": history, "seconds": time.perf_counter() - t0})
-        print(f"  wide_deep {name}: AUC {metrics['auc']:.4f} log-loss {metrics['logloss']:.4f}", flush=True)
+        tuned = tune_wide_deep(mode, make, candidates, fit_x, fit_y, valid_x, valid_y, max_epochs, patience)
+        config = WideDeepConfig.from_dict({**WideDeepConfig().as_dict(), **tuned["config"]})
+        model = make(mode, config)
+        fit(model, train, ytrain, epochs=config.epochs, batch=256)
+        rows.append({"key": mode, "model": name, **tuned, **model.evaluate(test, ytest),
+                     "seconds": time.perf_counter() - t0})
+    for r in rows:
+        print(f"  wide_deep {label} {r['model']}: valid AUC {r['valid_auc']:.4f}, test AUC {r['auc']:.4f}, "
+              f"log-loss {r['logloss']:.4f} ({r['config']})", flush=True)
+    return rows
+
+
+def wide_deep(quick: bool) -> dict[str, Any]:
+    """InstEval and the synthetic click log: the LR peer and wide-only, deep-only and joint
+    Wide & Deep, each tuned on a validation split (random search, early stopping), then the
+    joint model again on parameter servers and on mirrored workers.
+
+    BLAS runs on one thread here: the MLP's matrices are small (batch 256, width 64), so
+    more threads only wait for each other, and on a loaded machine much longer."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _wide_deep(quick)
+
+
+def _wide_deep(quick: bool) -> dict[str, Any]:
+    trials, max_epochs, patience = (2, 2, 1) if quick else (8, 20, 3)
+    c_grid = (0.1, 1.0) if quick else C_GRID
+    tr, ytr, te, yte = train_test_split(load_insteval())
+    if quick:  # a smoke run: the first 20,000 training ratings
+        tr, ytr = {k: v[:20_000] for k, v in tr.items()}, ytr[:20_000]
+    base, wide, _ = insteval_columns()
+    rows = compare(lambda mode, config, **kw: insteval_model(mode, config, **kw),
+                   {"base one-hot": base, "base + crosses one-hot": wide}, tr, ytr, te, yte, trials, max_epochs,
+                   patience, c_grid, "insteval")
+    joint = rows[-1]
+    config = WideDeepConfig.from_dict({**WideDeepConfig().as_dict(), **joint["config"]})
     # The joint model again, with its tables on 2 parameter servers and the MLP all-reduced
     # between 2 workers (thread ranks): same batches, so the same model up to rounding.
+    build_joint = lambda **kw: insteval_model("joint", config, **kw)
     t0 = time.perf_counter()
-    build = lambda **kw: WideDeep(wide, deep, mode="joint", wide_optimizer=ftrl(), **kw)
-    ranks = run_threads(4, ps_rank, ClusterSpec(2, 2), build, tr, ytr, te, yte, epochs, 256, timeout=600)
-    joint = rows[-1]
+    ranks = run_threads(4, ps_rank, ClusterSpec(2, 2), build_joint, tr, ytr, te, yte, config.epochs, 256,
+                        timeout=600)
     strategy = {"model": "wide & deep (joint), 2 servers + 2 workers", "auc": ranks[2]["auc"],
                 "logloss": ranks[2]["logloss"], "seconds": time.perf_counter() - t0,
                 "auc_minus_local": ranks[2]["auc"] - joint["auc"],
@@ -244,7 +372,7 @@ def wide_deep(epochs: int) -> dict[str, Any]:
     print(f"  wide_deep on parameter servers: AUC {strategy['auc']:.4f} "
           f"({strategy['auc_minus_local']:+.2e} vs one process)", flush=True)
     t0 = time.perf_counter()
-    ranks = run_threads(2, mirrored_rank, build, tr, ytr, te, yte, epochs, 256, timeout=600)
+    ranks = run_threads(2, mirrored_rank, build_joint, tr, ytr, te, yte, config.epochs, 256, timeout=600)
     mirrored = {"model": "wide & deep (joint), 2 mirrored workers", "auc": ranks[0]["auc"],
                 "logloss": ranks[0]["logloss"], "seconds": time.perf_counter() - t0,
                 "auc_minus_local": ranks[0]["auc"] - joint["auc"],
@@ -252,19 +380,45 @@ def wide_deep(epochs: int) -> dict[str, Any]:
                 "rows_received_per_worker": [r["rows_received"] for r in ranks]}
     print(f"  wide_deep mirrored: AUC {mirrored['auc']:.4f} ({mirrored['auc_minus_local']:+.2e} vs one process)",
           flush=True)
-    log = ClickLog(n_fields=3, vocab_size=200, zipf_exponent=0.5)
-    ids, labels = log.sample(60_000, seed=1)
-    test_ids, test_labels = log.sample(10_000, seed=2)
-    cols = [fc.dynamic_categorical_column(f"f{k}") for k in range(3)]
-    feats = lambda x: {f"f{k}": x[:, k] for k in range(3)}
-    model = WideDeep(cols, [], mode="wide", wide_optimizer=Adagrad(0.5, 1e-3), deep_optimizer=SGD(0.3))
-    fit(model, feats(ids), labels, epochs=2, batch=256)
-    click = model.evaluate(feats(test_ids), test_labels)
-    click["bayes_logloss"] = log.bayes_logloss(test_ids, test_labels)
-    click["bayes_auc"] = auc(log.true_logit(test_ids), test_labels)
-    return {"insteval": {"train": len(ytr), "test": len(yte), "epochs": epochs, "rows": rows,
-                         "parameter_servers": strategy, "mirrored": mirrored},
-            "click_log": click}
+    seen = {" x ".join(keys): seen_in_training(tr, te, keys)
+            for keys in (("s",), ("d",), *CROSSES)}
+    insteval = {"train": len(ytr), "valid": int(round(0.2 * len(ytr))), "test": len(yte), "rows": rows,
+                "seen_in_training": seen, "parameter_servers": strategy, "mirrored": mirrored}
+
+    log = ClickLog(**CLICK_LOG)
+    n_train, n_test = (10_000, 5_000) if quick else (60_000, 20_000)
+    ids, labels = log.sample(n_train, seed=1)
+    test_ids, test_labels = log.sample(n_test, seed=2)
+    fields = [fc.dynamic_categorical_column(f"f{k}") for k in range(log.n_fields)]
+    pairs = [(f, g) for f in range(log.n_fields) for g in range(f + 1, log.n_fields)]
+    crosses = [fc.crossed_column([fields[f], fields[g]], 2**20) for f, g in pairs]
+    feats = lambda x: {f"f{k}": x[:, k] for k in range(log.n_fields)}
+
+    def make_click(mode: str, config: WideDeepConfig, **kw: Any) -> WideDeep:
+        deep = [fc.embedding_column(c, config.embedding_dim) for c in fields]
+        return build(fields + crosses, deep, mode, config, **kw)
+
+    click_rows = compare(make_click, {"base one-hot": fields, "base + crosses one-hot": fields + crosses},
+                         feats(ids), labels, feats(test_ids), test_labels, trials, max_epochs, patience, c_grid,
+                         "click log")
+    bayes = {"bayes_auc": auc(log.true_logit(test_ids), test_labels),
+             "bayes_logloss": log.bayes_logloss(test_ids, test_labels)}
+    for r in click_rows:
+        r["auc_gap_to_bayes"] = bayes["bayes_auc"] - r["auc"]
+        r["logloss_gap_to_bayes"] = r["logloss"] - bayes["bayes_logloss"]
+    additive = log.bias + log.true_weight(test_ids.ravel()).reshape(test_ids.shape).sum(axis=1)
+    train_pairs = {(f, g): set(zip(ids[:, f].tolist(), ids[:, g].tolist())) for f, g in pairs}
+    click = {"generator": CLICK_LOG, "train": n_train, "valid": int(round(0.2 * n_train)), "test": n_test, **bayes,
+             "additive_part_auc": auc(additive, test_labels), "rows": click_rows,
+             "pairs_seen_in_training": float(np.mean([[p in train_pairs[f, g] for p in zip(test_ids[:, f].tolist(),
+                                                                                             test_ids[:, g].tolist())]
+                                                      for f, g in pairs]))}
+    protocol = {"valid_fraction": 0.2, "trials": trials, "max_epochs": max_epochs, "patience": patience,
+                "c_grid": list(c_grid), "search_space": SEARCH_SPACE, "batch": 256,
+                "lr_peer": "scikit-learn LogisticRegression(C, penalty l2, solver liblinear) on "
+                           "OneHotEncoder(handle_unknown='ignore') of the columns' ids; features and C chosen",
+                "selection": "validation AUC", "retrained_on": "train + validation (the whole training split)"}
+    return {"protocol": protocol, "insteval": insteval, "click_log": click}
 
 
 def collisions(buckets: int = 100_000) -> list[dict[str, Any]]:
@@ -331,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         parts["collisions_by_buckets"] = collisions_by_buckets()
     if "wide_deep" in run:
         print("wide & deep ...", flush=True)
-        parts["wide_deep"] = wide_deep(1 if q else 3)
+        parts["wide_deep"] = wide_deep(q)
     machine = machine_info(mpi_library="not used (thread ranks)")
     if args.only:
         document = json.loads(args.out.read_text(encoding="utf-8"))

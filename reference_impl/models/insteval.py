@@ -22,10 +22,12 @@ import io
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import feature_columns as fc
+from .wide_deep import WideDeep, WideDeepConfig, build
 
 MEMBER = "resources/rdata/csv/lme4/InstEval.csv"
 COLUMNS = ("s", "d", "studage", "lectage", "service", "dept", "y")
@@ -96,13 +98,25 @@ def train_test_split(data: dict[str, np.ndarray], test_fraction: float = 0.2, se
             {k: v[test] for k, v in features.items()}, label[test])
 
 
-def insteval_columns() -> tuple[list, list, list]:
+def train_validation_split(features: dict[str, np.ndarray], labels: np.ndarray, valid_fraction: float = 0.2,
+                           seed: int = 1606):
+    """Cut a validation split out of the *training* data (the test split is never used to
+    tune): ``(fit_features, fit_labels, valid_features, valid_labels)``."""
+    n = len(labels)
+    order = np.random.default_rng(seed).permutation(n)
+    n_valid = int(round(n * valid_fraction))
+    valid, fit = order[:n_valid], order[n_valid:]
+    return ({k: v[fit] for k, v in features.items()}, labels[fit],
+            {k: v[valid] for k, v in features.items()}, labels[valid])
+
+
+def insteval_columns(embedding_dim: int = 16) -> tuple[list, list, list]:
     """``(base, wide, deep)`` feature columns for InstEval.
 
     ``base``: the six columns one-hot (student and lecturer as dynamic columns); ``wide``:
     ``base`` plus the crosses (student x lecturer), (lecturer x student age), (student x
-    department), (lecturer x service); ``deep``: 16-wide student and lecturer embeddings,
-    a 4-wide department embedding, indicators of the two ages, and service.
+    department), (lecturer x service); ``deep``: ``embedding_dim``-wide student and lecturer
+    embeddings, a 4-wide department embedding, indicators of the two ages, and service.
     """
     s, d = fc.dynamic_categorical_column("s"), fc.dynamic_categorical_column("d")
     dept = fc.categorical_column_with_vocabulary_list("dept", list(range(1, 16)))
@@ -112,6 +126,29 @@ def insteval_columns() -> tuple[list, list, list]:
     base = [s, d, dept, studage, lectage, service]
     crosses = [fc.crossed_column([s, d], 2**20), fc.crossed_column([d, studage], 2**18),
                fc.crossed_column([s, dept], 2**18), fc.crossed_column([d, service], 2**16)]
-    deep = [fc.embedding_column(s, 16), fc.embedding_column(d, 16), fc.embedding_column(dept, 4),
+    deep = [fc.embedding_column(s, embedding_dim), fc.embedding_column(d, embedding_dim), fc.embedding_column(dept, 4),
             fc.indicator_column(studage), fc.indicator_column(lectage), fc.numeric_column("service")]
     return base, base + crosses, deep
+
+
+CROSSES = (("s", "d"), ("d", "studage"), ("s", "dept"), ("d", "service"))
+
+# The joint model's hyper-parameters, chosen on the validation split by
+# ``python -m reference_impl.bench ps --only wide_deep`` (``wide_deep.insteval.models``) and
+# copied here: the defaults of ``python -m reference_impl.train wide_deep``.
+JOINT_CONFIG = WideDeepConfig(ftrl_alpha=3.09, ftrl_l1=0.000515, ftrl_l2=0.008, embedding_dim=8, embedding_lr=0.0482,
+                              mlp_lr=0.000119, embedding_l2=0.842, hidden=(64, 32), epochs=11)
+
+
+def insteval_model(mode: str, config: WideDeepConfig, **kw: Any) -> WideDeep:
+    """Wide & Deep on InstEval's columns (``mode``: joint, wide or deep) with ``config``."""
+    _, wide, deep = insteval_columns(config.embedding_dim)
+    return build(wide, deep, mode, config, **kw)
+
+
+def seen_in_training(train: dict[str, np.ndarray], test: dict[str, np.ndarray],
+                     keys: tuple[str, ...]) -> float:
+    """Fraction of test rows whose value of ``keys`` (one column, or a combination) occurs
+    in some training row: what a one-hot weight of that column or cross can have learned."""
+    seen = set(zip(*(train[k].tolist() for k in keys)))
+    return float(np.mean([v in seen for v in zip(*(test[k].tolist() for k in keys))]))

@@ -16,10 +16,14 @@ Every embedding and the wide weights live in sparse tables (``reference_impl.ps`
 through the temporary embedding matrix; ``mode="wide"`` or ``"deep"`` drops the other part
 for the baselines. The model works in one process; the tables are the same objects a
 parameter server shards.
+
+``WideDeepConfig`` holds the hyper-parameters a tuning run chooses and ``build`` makes the
+model from them; ``early_stopping`` trains one configuration while scoring a validation
+split after every epoch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -77,14 +81,21 @@ class WideDeep:
                  wide_optimizer: Optimizer | None = None, deep_optimizer: Optimizer | None = None,
                  embedding_optimizer: Optimizer | None = None, seed: int = 0,
                  tables: Callable[[SparseVariable], Any] = local_table,
-                 reduce: Callable[[np.ndarray], np.ndarray] | None = None):
+                 reduce: Callable[[np.ndarray], np.ndarray] | None = None, embedding_l2: float = 0.0):
         """``tables`` makes each sparse table from its spec (``local_table``, or a parameter
         server's ``lambda v: client.table(v.name)``); ``reduce`` sums a dense gradient over
-        the workers (an all-reduce) before it is applied, or is None in one process."""
+        the workers (an all-reduce) before it is applied, or is None in one process.
+
+        ``embedding_l2`` adds ``embedding_l2 / 2 * ||e||^2`` per example for every embedding
+        row ``e`` the example looks up, to the mean loss: a row is pulled towards 0 in
+        proportion to how often it is used, and, being a per-example term, the penalty's
+        gradient splits over workers like the data gradient (the servers' sum is the same)."""
         if mode not in MODES:
             raise ValueError(f"WideDeep: mode must be one of {MODES}, got {mode!r}")
         if mode != "deep" and not wide_columns:
             raise ValueError("WideDeep: the wide part needs at least one categorical column")
+        if embedding_l2 < 0:
+            raise ValueError(f"WideDeep: embedding_l2 must be >= 0, got {embedding_l2}")
         if mode != "wide" and not deep_columns:
             raise ValueError("WideDeep: the deep part needs at least one column")
         for col in deep_columns:
@@ -106,6 +117,7 @@ class WideDeep:
         self.wide = made.get("wide")
         self.embeddings = {name: t for name, t in made.items() if name != "wide"}
         self.reduce = reduce
+        self.embedding_l2 = embedding_l2
         rng = np.random.default_rng(seed)
         width = sum(c.width for c in self.deep_columns)
         self.layers: list[tuple[_Dense, _Dense]] = []
@@ -165,7 +177,8 @@ class WideDeep:
         """
         logit, cache = self._forward(features)
         loss = logloss(logit, labels)
-        g = (1.0 / (1.0 + np.exp(-logit)) - labels) / (global_batch or len(labels))  # d mean-loss / d logit
+        scale = 1.0 / (global_batch or len(labels))
+        g = (1.0 / (1.0 + np.exp(-logit)) - labels) * scale  # d mean-loss / d logit
         if "wide" in cache:
             temp = cache["wide"]
             d_out = np.broadcast_to(g[:, None, None], (*temp.local_index.shape, 1))
@@ -181,10 +194,12 @@ class WideDeep:
                 d = d_in * (acts[i] > 0) if i > 0 else d_in
             start = 0
             for col in self.deep_columns:
-                block = d[:, start:start + col.width]
+                block, rows = d[:, start:start + col.width], acts[0][:, start:start + col.width]
                 start += col.width
                 if isinstance(col, EmbeddingColumn):
                     temp = temps[col.name]
+                    if self.embedding_l2:  # d (l2/2 ||e||^2 per example, averaged over the batch) / d e
+                        block = block + (self.embedding_l2 * scale) * rows
                     sparse_table_push(self.embeddings[col.name], temp, embedding_lookup_grad(temp, block))
         self.bias.apply(self._reduced(np.array([g.sum()])))
         return loss
@@ -200,11 +215,14 @@ class WideDeep:
 
 def fit(model: WideDeep, features: dict[str, np.ndarray], labels: np.ndarray, epochs: int = 1,
         batch: int = 256, seed: int = 0, worker: int = 0, n_workers: int = 1,
-        progress: Callable[[], None] | None = None) -> list[float]:
+        progress: Callable[[], None] | None = None,
+        on_epoch: Callable[[int], bool | None] | None = None) -> list[float]:
     """Shuffled mini-batch training; returns the mean training loss of each epoch.
 
     Every worker draws the same shuffled global batches (same ``seed``) and trains on its
     ``worker``-th part of each, so ``n_workers`` synchronous workers follow one process.
+    ``on_epoch(k)`` is called after epoch ``k`` (1-based); a true return stops training, so
+    the first ``k`` epochs are exactly those of ``fit(..., epochs=k)`` (early stopping).
     """
     rng = np.random.default_rng(seed)
     n = len(labels)
@@ -221,4 +239,76 @@ def fit(model: WideDeep, features: dict[str, np.ndarray], labels: np.ndarray, ep
             if progress is not None:
                 progress()
         history.append(float(np.mean(losses)))
+        if on_epoch is not None and on_epoch(len(history)):
+            break
     return history
+
+
+@dataclass(frozen=True)
+class WideDeepConfig:
+    """The hyper-parameters of a Wide & Deep run (each part reads only its own).
+
+    Wide part: FTRL-Proximal ``ftrl_alpha`` (learning rate), ``ftrl_l1``, ``ftrl_l2`` (its
+    ``beta`` is 1). Deep part: ``embedding_dim`` of the high-cardinality embeddings, Adagrad
+    ``embedding_lr`` for the embedding tables, Adam ``mlp_lr`` for the MLP and the bias,
+    ``embedding_l2`` (see ``WideDeep``), ``hidden`` layer widths. ``epochs``: passes over
+    the training data (chosen by early stopping on a validation split).
+    """
+
+    ftrl_alpha: float = 0.1
+    ftrl_l1: float = 0.0
+    ftrl_l2: float = 0.1
+    embedding_dim: int = 16
+    embedding_lr: float = 0.05
+    mlp_lr: float = 0.003
+    embedding_l2: float = 0.0
+    hidden: tuple[int, ...] = (64, 32)
+    epochs: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "WideDeepConfig":
+        return cls(**{k: tuple(v) if k == "hidden" else v for k, v in d.items()})
+
+    def with_epochs(self, epochs: int) -> "WideDeepConfig":
+        return replace(self, epochs=epochs)
+
+    def relevant(self, mode: str) -> dict[str, Any]:
+        """The settings ``mode`` uses (a wide-only model has no embeddings, a deep-only no FTRL)."""
+        wide, deep = ("ftrl_alpha", "ftrl_l1", "ftrl_l2"), ("embedding_dim", "embedding_lr", "mlp_lr",
+                                                             "embedding_l2", "hidden")
+        keep = {"wide": wide, "deep": deep, "joint": wide + deep}[mode] + ("epochs",)
+        return {k: v for k, v in self.as_dict().items() if k in keep}
+
+
+def build(wide_columns: Sequence[CategoricalColumn], deep_columns: Sequence[Any], mode: str,
+          config: WideDeepConfig, seed: int = 0, **kw: Any) -> WideDeep:
+    """A ``WideDeep`` with ``config``'s optimisers: FTRL for the wide part (as in Cheng et al.),
+    Adagrad for the embeddings and Adam for the MLP. ``kw`` goes to ``WideDeep`` (``tables``,
+    ``reduce``)."""
+    return WideDeep(wide_columns, deep_columns, hidden=config.hidden, mode=mode,
+                    wide_optimizer=FTRL(config.ftrl_alpha, 1.0, config.ftrl_l1, config.ftrl_l2),
+                    deep_optimizer=Adam(config.mlp_lr), embedding_optimizer=Adagrad(config.embedding_lr),
+                    embedding_l2=config.embedding_l2, seed=seed, **kw)
+
+
+def early_stopping(make: Callable[[], WideDeep], features: dict[str, np.ndarray], labels: np.ndarray,
+                   valid_features: dict[str, np.ndarray], valid_labels: np.ndarray, max_epochs: int,
+                   patience: int, batch: int = 256, seed: int = 0) -> dict[str, Any]:
+    """Train ``make()`` on ``features`` for up to ``max_epochs``, scoring the validation data
+    after every epoch; stop once ``patience`` epochs in a row have not beaten the best
+    validation AUC. Returns the best epoch, its validation AUC and log-loss, and the curve."""
+    model = make()
+    curve: list[dict[str, float]] = []
+
+    def score(epoch: int) -> bool:
+        curve.append(model.evaluate(valid_features, valid_labels))
+        best = max(range(len(curve)), key=lambda i: curve[i]["auc"])
+        return epoch - (best + 1) >= patience
+
+    fit(model, features, labels, epochs=max_epochs, batch=batch, seed=seed, on_epoch=score)
+    best = max(range(len(curve)), key=lambda i: curve[i]["auc"])
+    return {"epochs": best + 1, "valid_auc": curve[best]["auc"], "valid_logloss": curve[best]["logloss"],
+            "valid_auc_curve": [c["auc"] for c in curve]}

@@ -11,7 +11,11 @@ MLP) on ``--servers`` server ranks, trained by ``--workers`` workers under the r
 ``backup`` (``--backups`` of the workers are not waited for) or ``easgd`` (``--tau``,
 ``--alpha``); ``--slowdown K`` makes worker 0 a straggler that takes ``K`` times its own
 compute per step. ``allreduce`` is the mirrored strategy (full replicas, sparse
-gradients all-gathered, dense all-reduced). Ranks are threads of this process. It prints
+gradients all-gathered, dense all-reduced). Ranks are threads of this process. The model's
+hyper-parameters (``--ftrl-alpha`` ... ``--embedding-l2``, ``--epochs``) default to
+``models.insteval.JOINT_CONFIG``, the configuration ``python -m reference_impl.bench ps``
+chose on a validation split, so the defaults train the model whose test AUC the site quotes.
+It prints
 test AUC and log-loss, training throughput, and the bytes the ranks sent (counted by
 ``CountingCommunicator``), and for ``ps`` how many late gradients the servers dropped (only
 ``backup`` drops any); ``--json`` prints one JSON object instead. ``--help`` lists every option's
@@ -27,10 +31,10 @@ import time
 from typing import Any
 
 from ..comm import CountingCommunicator, run_threads
-from ..models.insteval import insteval_columns, load_insteval, train_test_split
+from ..models.insteval import JOINT_CONFIG, insteval_model, load_insteval, train_test_split
 from ..models.strategies import mirrored_rank
-from ..models.wide_deep import WideDeep, fit
-from ..ps import FTRL, ClusterSpec, Consistency
+from ..models.wide_deep import WideDeep, WideDeepConfig, fit
+from ..ps import ClusterSpec, Consistency
 from ..ps.cluster import RULES
 from ..ps.training import Pace
 from .wide_deep_ps import rule_rank
@@ -39,16 +43,18 @@ STRATEGIES = ("local", "ps", "allreduce")
 
 
 def run(strategy: str, workers: int, servers: int, consistency: str | Consistency, epochs: int, batch: int,
-        limit: int | None, show_progress: bool, slowdown: float = 1.0) -> dict[str, Any]:
-    """Train and evaluate once; returns the numbers the command prints."""
+        limit: int | None, show_progress: bool, slowdown: float = 1.0,
+        config: WideDeepConfig = JOINT_CONFIG) -> dict[str, Any]:
+    """Train and evaluate once (``config``'s hyper-parameters, ``epochs`` epochs); returns the
+    numbers the command prints."""
     rule = consistency if isinstance(consistency, Consistency) else Consistency(consistency)
     tr, ytr, te, yte = train_test_split(load_insteval())
     if limit is not None:
         tr, ytr = {k: v[:limit] for k, v in tr.items()}, ytr[:limit]
-    _, wide, deep = insteval_columns()
+    config = config.with_epochs(epochs)
 
     def build(**kw: Any) -> WideDeep:
-        return WideDeep(wide, deep, mode="joint", wide_optimizer=FTRL(alpha=0.3, beta=1.0, l1=0.0, l2=3.0), **kw)
+        return insteval_model("joint", config, **kw)
 
     from tqdm import tqdm
 
@@ -88,6 +94,7 @@ def run(strategy: str, workers: int, servers: int, consistency: str | Consistenc
     return {"strategy": strategy, "engine": "threads", "workers": 1 if strategy == "local" else workers,
             "servers": servers if strategy == "ps" else 0,
             "consistency": rule.rule if strategy == "ps" else "bsp", "epochs": epochs, "batch": batch,
+            "config": config.as_dict(),
             "train_examples": len(ytr), "test_examples": len(yte), "auc": metrics["auc"],
             "logloss": metrics["logloss"], "seconds": seconds, "examples_per_s": examples / seconds,
             "bytes_sent": sum(c.bytes_sent for c in counters), **extra}
@@ -123,13 +130,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--alpha", type=float, default=0.25, help="EASGD: elastic coefficient")
     parser.add_argument("--slowdown", type=float, default=1.0,
                         help="ps only: worker 0 takes this many times its compute per step (1 = no straggler)")
-    parser.add_argument("--epochs", type=int, default=1, help="passes over the training examples")
+    parser.add_argument("--epochs", type=int, default=JOINT_CONFIG.epochs,
+                        help="passes over the training examples; the default is the tuned configuration's")
+    parser.add_argument("--ftrl-alpha", type=float, default=JOINT_CONFIG.ftrl_alpha,
+                        help="wide part: FTRL-Proximal learning rate alpha (beta is 1)")
+    parser.add_argument("--ftrl-l1", type=float, default=JOINT_CONFIG.ftrl_l1, help="wide part: FTRL L1 strength")
+    parser.add_argument("--ftrl-l2", type=float, default=JOINT_CONFIG.ftrl_l2, help="wide part: FTRL L2 strength")
+    parser.add_argument("--embedding-dim", type=int, default=JOINT_CONFIG.embedding_dim,
+                        help="deep part: width of the student and lecturer embeddings")
+    parser.add_argument("--embedding-lr", type=float, default=JOINT_CONFIG.embedding_lr,
+                        help="deep part: Adagrad learning rate of the embedding tables")
+    parser.add_argument("--mlp-lr", type=float, default=JOINT_CONFIG.mlp_lr,
+                        help="deep part: Adam learning rate of the MLP and the bias")
+    parser.add_argument("--embedding-l2", type=float, default=JOINT_CONFIG.embedding_l2,
+                        help="deep part: L2 penalty per example on each embedding row it looks up")
     parser.add_argument("--batch", type=int, default=256,
                         help="global batch: examples per step over all workers (at least --workers)")
     parser.add_argument("--limit", type=int, default=None,
                         help="train on the first N training examples only (None: all of them; at least --batch)")
     parser.add_argument("--json", action="store_true", help="print one JSON object, no progress bar")
     return parser
+
+
+def default_config(args: argparse.Namespace) -> WideDeepConfig:
+    """The model configuration the parsed command line asks for."""
+    return WideDeepConfig(ftrl_alpha=args.ftrl_alpha, ftrl_l1=args.ftrl_l1, ftrl_l2=args.ftrl_l2,
+                          embedding_dim=args.embedding_dim, embedding_lr=args.embedding_lr, mlp_lr=args.mlp_lr,
+                          embedding_l2=args.embedding_l2, hidden=JOINT_CONFIG.hidden, epochs=args.epochs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,8 +179,13 @@ def main(argv: list[str] | None = None) -> int:
         rule.dropped_per_step(args.workers)
     except ValueError as exc:
         parser.error(str(exc))
+    if min(args.ftrl_alpha, args.embedding_dim, args.embedding_lr, args.mlp_lr) <= 0 or \
+            min(args.ftrl_l1, args.ftrl_l2, args.embedding_l2) < 0:
+        parser.error("need --ftrl-alpha, --embedding-dim, --embedding-lr, --mlp-lr > 0 and "
+                     "--ftrl-l1, --ftrl-l2, --embedding-l2 >= 0")
+    config = default_config(args)
     result = run(args.strategy, args.workers, args.servers, rule, args.epochs, args.batch, args.limit,
-                 show_progress=not args.json, slowdown=args.slowdown)
+                 show_progress=not args.json, slowdown=args.slowdown, config=config)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -215,14 +215,14 @@ def test_the_feature_column_diagram_shows_the_ids_the_columns_compute():
 
 
 def test_the_consistency_timelines_are_what_the_simulator_does_without_jitter(monkeypatch):
-    from reference_impl.models.click_log import ClickLog
+    from reference_impl.models import ClickLog, HashedLogReg
     from reference_impl.ps import consistency
 
     def exact(rng, n, straggler, slowdown, straggle_prob=0.0):  # the diagram's times: 1 unit, worker 0 takes 3
         return np.where(np.arange(n) == straggler, slowdown, 1.0)
 
     monkeypatch.setattr(consistency, "step_times", exact)
-    problem = consistency.HashedLogReg(n_buckets=64, n_train=256, n_test=64, log=ClickLog(vocab_size=50))
+    problem = HashedLogReg(n_buckets=64, n_train=256, n_test=64, log=ClickLog(vocab_size=50))
 
     def run(model: str, **kw):
         return consistency.simulate(model, problem, horizon=9.0, straggler=0, slowdown=3.0, **kw)

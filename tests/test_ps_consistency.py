@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from reference_impl.models import ClickLog
-from reference_impl.ps.consistency import HashedLogReg, simulate
+from reference_impl.models.hashed_logreg import HashedLogReg
+from reference_impl.ps.consistency import simulate
 from reference_impl.ps.ssp_clock import SSPClock
 
 
@@ -132,3 +133,14 @@ def test_easgd_exchange_follows_the_published_elastic_update():
         x, c = x - d, c + d
         losses.append(replay.test_loss(c))
     np.testing.assert_allclose(run.losses, losses, rtol=0, atol=1e-12)
+
+
+def test_the_ps_room_does_not_import_the_models_room():
+    """Rooms depend one way: models (Wide & Deep, the click log) build on ps, never the reverse."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reference_impl.ps, reference_impl.ps.consistency, reference_impl.ps.training; "
+            "print(sorted(m for m in sys.modules if m.startswith('reference_impl.models')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

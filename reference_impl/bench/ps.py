@@ -67,7 +67,8 @@ from ..ps import (
     sparse_table_pull,
     sparse_table_push,
 )
-from ..ps.consistency import HashedLogReg, simulate
+from ..models.hashed_logreg import HashedLogReg
+from ..ps.consistency import simulate
 from ..ps.embedding import embedding_lookup, embedding_lookup_grad
 from ..ps.hashing import uniform_from_ids
 from ..ps.training import loss_and_grads, model_spec, run_ps_rank

@@ -23,62 +23,33 @@ measured without the noise of a shared machine:
   the centre copy towards each other by ``alpha`` of their difference (Zhang, Choromanska
   and LeCun, 2015); the loss is the centre's.
 
-The model is logistic regression over the click log's ids hashed into ``n_buckets``
-weights, so a copy of the parameters is one small array (EASGD keeps one per worker).
+The model trained is any ``Problem``; the pages use ``models.hashed_logreg.HashedLogReg``,
+logistic regression over a click log's ids hashed into ``n_buckets`` weights, so a copy of
+the parameters is one small array (EASGD keeps one per worker).
 """
 from __future__ import annotations
 
 import heapq
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
-from ..models.click_log import ClickLog, logloss
-from .hashing import splitmix64
 from .ssp_clock import SSPClock
 
 MODELS = ("bsp", "asp", "ssp", "backup", "easgd")
 
 
-class HashedLogReg:
-    """The training problem: hashed logistic regression on a click log, with a test set."""
+class Problem(Protocol):
+    """What ``simulate`` trains: a parameter vector, a stochastic gradient, a test loss
+    (``reference_impl.models.hashed_logreg.HashedLogReg`` is the one the pages measure)."""
 
-    def __init__(self, n_buckets: int = 4096, n_train: int = 32_768, n_test: int = 4096,
-                 batch: int = 32, seed: int = 0, log: ClickLog | None = None):
-        self.log = log or ClickLog(vocab_size=2000)
-        self.n_buckets, self.batch = n_buckets, batch
-        ids, self.y = self.log.sample(n_train, seed)
-        test_ids, self.test_y = self.log.sample(n_test, seed + 1)
-        self.x = self._buckets(ids)
-        self.test_x = self._buckets(test_ids)
-        self.bayes = self.log.bayes_logloss(test_ids, self.test_y)
-        self.rng = np.random.default_rng(seed + 2)
-        self.gradients_computed = 0
+    def init(self) -> np.ndarray: ...
 
-    def _buckets(self, ids: np.ndarray) -> np.ndarray:
-        return (splitmix64(ids) % np.uint64(self.n_buckets)).astype(np.int64)
+    def grad(self, w: np.ndarray) -> np.ndarray: ...
 
-    def init(self) -> np.ndarray:
-        return np.zeros(self.n_buckets + 1)  # bucket weights, then the bias
-
-    def grad(self, w: np.ndarray) -> np.ndarray:
-        """The mean log-loss gradient on a fresh random batch."""
-        self.gradients_computed += 1
-        rows = self.rng.integers(0, len(self.y), self.batch)
-        x, y = self.x[rows], self.y[rows]
-        g_logit = 1 / (1 + np.exp(-(w[x].sum(1) + w[-1]))) - y
-        g = np.zeros_like(w)
-        np.add.at(g, x.ravel(), np.repeat(g_logit, x.shape[1]) / self.batch)
-        g[-1] = g_logit.mean()
-        return g
-
-    def test_scores(self, w: np.ndarray) -> np.ndarray:
-        """The model's logits on the test set."""
-        return w[self.test_x].sum(1) + w[-1]
-
-    def test_loss(self, w: np.ndarray) -> float:
-        return logloss(self.test_scores(w), self.test_y)
+    def test_loss(self, w: np.ndarray) -> float: ...
 
 
 @dataclass
@@ -126,7 +97,7 @@ def step_times(rng: np.random.Generator, n: int, straggler: int | None, slowdown
     return t
 
 
-def simulate(model: str, problem: HashedLogReg, n_workers: int = 4, horizon: float = 200.0,
+def simulate(model: str, problem: Problem, n_workers: int = 4, horizon: float = 200.0,
              lr: float = 1.0, straggler: int | None = 0, slowdown: float = 3.0,
              straggle_prob: float = 0.0, staleness: float = 4, backups: int = 1, tau: int = 4,
              alpha: float = 0.25, seed: int = 0) -> Run:

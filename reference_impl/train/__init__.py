@@ -13,9 +13,9 @@
 * ``checkpoint`` (sharded, atomic checkpoints), ``dataset`` and ``records`` (input
   pipelines and record parsing), ``estimator`` (an Estimator over graph models),
   ``hparam_search`` (random search and successive halving);
-* ``wide_deep_ps``: Wide & Deep trained on parameter servers and workers as ranks (the model
-  itself is ``reference_impl.models.wide_deep``); ``python -m reference_impl.train`` runs
-  the strategies from the command line.
+* ``python -m reference_impl.train`` runs the strategies from the command line, Wide & Deep
+  among them (its model and its multi-worker strategies are in ``reference_impl.models``:
+  ``wide_deep`` and ``strategies``).
 """
 from . import hparam_search, initializers, mixed_precision, optimizers, schedules
 from .checkpoint import (CheckpointError, ModelMismatchError, Partitioned, latest_step, load_checkpoint,

@@ -7,7 +7,7 @@
 
 ``local`` trains in this process; ``ps`` puts every variable (the sparse tables and the
 MLP) on ``--servers`` server ranks, trained by ``--workers`` workers under the rule
-``--consistency`` (``train.wide_deep_ps``): ``bsp``, ``asp``, ``ssp`` (``--staleness``),
+``--consistency`` (``models.strategies.rule_rank``): ``bsp``, ``asp``, ``ssp`` (``--staleness``),
 ``backup`` (``--backups`` of the workers are not waited for) or ``easgd`` (``--tau``,
 ``--alpha``); ``--slowdown K`` makes worker 0 a straggler that takes ``K`` times its own
 compute per step. ``allreduce`` is the mirrored strategy (full replicas, sparse
@@ -32,12 +32,11 @@ from typing import Any
 
 from ..comm import CountingCommunicator, run_threads
 from ..models.insteval import JOINT_CONFIG, insteval_model, load_insteval, train_test_split
-from ..models.strategies import mirrored_rank
+from ..models.strategies import mirrored_rank, rule_rank
 from ..models.wide_deep import WideDeep, WideDeepConfig, fit
 from ..ps import ClusterSpec, Consistency
 from ..ps.cluster import RULES
 from ..ps.training import Pace
-from .wide_deep_ps import rule_rank
 
 STRATEGIES = ("local", "ps", "allreduce")
 

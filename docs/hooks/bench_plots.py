@@ -36,6 +36,7 @@ import plot_passes
 import plot_pipeline
 import plot_ps
 import plot_ps_cluster
+import plot_sharded
 import plot_training
 import plot_training_loop
 import plotkit
@@ -50,7 +51,7 @@ PLOTTERS = {
     for m in (plot_allreduce, plot_alpha_beta, plot_autodiff, plot_cluster, plot_collectives, plot_custom_ops,
               plot_deploy, plot_determinism, plot_distributed_session, plot_grading, plot_graph,
               plot_interconnects, plot_optimisers, plot_overlap, plot_passes, plot_pipeline, plot_ps,
-              plot_ps_cluster, plot_training, plot_training_loop)
+              plot_ps_cluster, plot_sharded, plot_training, plot_training_loop)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")

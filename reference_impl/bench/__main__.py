@@ -5,7 +5,7 @@ import sys
 
 from . import (allreduce, alpha_beta, autodiff, cluster, collectives, custom_ops, deploy, determinism,
                distributed_session, grading, graph, interconnects, optimisers, overlap, passes, pipeline, ps,
-               ps_cluster, training, training_loop)
+               ps_cluster, sharded, training, training_loop)
 
 BENCHMARKS = {
     "allreduce": allreduce.main,
@@ -21,6 +21,7 @@ BENCHMARKS = {
     "training": training.main,
     "ps": ps.main,
     "ps_cluster": ps_cluster.main,
+    "sharded": sharded.main,
     "deploy": deploy.main,
     "autodiff": autodiff.main,
     "passes": passes.main,

@@ -14,17 +14,19 @@ Usage: zero_train.py MODE, MODE one of
   footprint: persistent arrays, activations, temporaries, gathered layers, messages).
   Prints ``MEM stage=S prefetch=P ranks=N rank=R measured=M predicted=X phase=...``.
 * ``time`` (under mpiexec) or ``time-threads N`` (plain ``python``, N thread ranks): median
-  step time (slowest rank) of stage 3 with prefetch off and on, twice each, float32, one
-  BLAS thread per rank, on the plain communicator and behind a simulated 1 Gb/s link.
-  Prints ``TIME`` lines.
+  step time (slowest rank) of stage 3 with prefetch off and on, interleaved step by step,
+  float32, one BLAS thread per rank, on the plain communicator and behind a simulated 1 Gb/s
+  link. Prints ``TIME`` lines.
+
+The ``memory`` and ``time`` measurements are ``reference_impl.bench.sharded``'s functions
+(``python -m reference_impl.bench sharded`` runs them for the site's figures).
 """
 import sys
-import time
-import tracemalloc
 
 import numpy as np
 from mpi4py import MPI
 
+from reference_impl.bench import sharded
 from reference_impl.comm import CountingCommunicator, MPICommunicator
 from reference_impl.parallel import transformer as tf
 from reference_impl.parallel import zero
@@ -61,59 +63,37 @@ if mode == "equivalence":
             print(f"EQUIV stage={stage} prefetch={prefetch} ranks={n} maxdiff={max(diffs):.3g} "
                   f"bytes={sent[0]} expected={expected}", flush=True)
 
-elif mode == "memory":
-    batch, seq = 2, 16
-    zero.global_batch(0, 1, seq)  # the corpus is built and cached before anything is traced
-    for n in (8, 4, 2, 1):
-        sub = world.Split(color=world.rank // n, key=world.rank)
-        comm = MPICommunicator(sub)
-        for stage, prefetch in RUNS:
-            tracemalloc.start()
-            params = tf.init_params(STATE_HEAVY, dtype=np.float32)
-            with zero.ZeroTrainer(comm, STATE_HEAVY, params, stage=stage, prefetch=prefetch) as t:
-                del params  # the trainer keeps what its stage keeps
-                t.step(*zero.local_batch(0, batch * n, seq, comm.rank, n))  # warm: lazy imports, masks
-                tracemalloc.reset_peak()
-                t.step(*zero.local_batch(1, batch * n, seq, comm.rank, n))
-                measured = tracemalloc.get_traced_memory()[1]
-            tracemalloc.stop()
-            predicted = zero.zero_memory(STATE_HEAVY, batch, seq, stage=stage, ranks=n, prefetch=prefetch)
-            print(f"MEM stage={stage} prefetch={prefetch} ranks={n} rank={comm.rank} measured={measured} "
-                  f"predicted={predicted['peak']} phase={predicted['phase']!r}", flush=True)
-            sub.Barrier()
-        sub.Free()
+elif mode == "memory":  # the benchmark's measurement (reference_impl/bench/sharded.py), printed per rank
+    for row in sharded.memory_rows(world, STATE_HEAVY, batch=2, seq=16, groups=(8, 4, 2, 1), runs=tuple(RUNS)):
+        print(f"MEM stage={row['stage']} prefetch={row['prefetch']} ranks={row['ranks']} rank={row['rank']} "
+              f"measured={row['measured']} predicted={row['predicted']['peak']} "
+              f"phase={row['predicted']['phase']!r}", flush=True)
 
 elif mode in ("time", "time-threads"):
     # Prefetch overlaps a collective with computation only if the collective leaves the CPU
     # free: on one host, the ring's messages are memory copies by the same cores. So each
     # run is timed twice: on the plain communicator, and behind a simulated 1 Gb/s link
     # (SimulatedNetwork, timing="sleep": a transfer costs wall time, no CPU, as with a NIC).
+    # The configurations take turns step by step (sharded.interleaved_step_times).
     from threadpoolctl import threadpool_limits
 
-    from reference_impl.comm import SimulatedNetwork, run_threads
+    from reference_impl.comm import run_threads
     from reference_impl.comm.cost_model import LinkParams
 
     threadpool_limits(limits=1, user_api="blas")
-    link = LinkParams(alpha=50e-6, beta=8e-9, gamma=0.1e-9)  # 1 Gb/s, 50 us
-
-    def median_step(comm, net, prefetch, steps=12, batch=2, seq=32):
-        c = SimulatedNetwork(comm, link, timing="sleep") if net == "1Gb/s-sim" else comm
-        with zero.ZeroTrainer(c, TIMED, tf.init_params(TIMED, dtype=np.float32), stage=3, prefetch=prefetch) as t:
-            for s in range(steps):
-                t.step(*zero.local_batch(s, batch * comm.size, seq, comm.rank, comm.size))
-            return float(np.median(t.step_seconds[2:]))
-
-    for net in ("shared-memory", "1Gb/s-sim"):
-        for prefetch in (False, True, False, True):
-            if mode == "time":
-                n = world.size
-                slowest = world.reduce(median_step(MPICommunicator(world), net, prefetch), op=MPI.MAX)
-            else:
-                n = int(sys.argv[2])
-                slowest = max(run_threads(n, median_step, net, prefetch, timeout=120))
-            if world.rank == 0:
-                print(f"TIME {'mpi' if mode == 'time' else 'threads'} net={net} stage=3 prefetch={prefetch} ranks={n} "
-                      f"median_step_ms={1e3 * slowest:.1f}", flush=True)
+    nets = {"shared-memory": None, "1Gb/s-sim": LinkParams(alpha=50e-6, beta=8e-9, gamma=0.1e-9)}  # 1 Gb/s, 50 us
+    args = (TIMED, ((3, False), (3, True)), nets, 10, 2, 2, 32)  # repeats, warm-up steps, batch per rank, seq
+    if mode == "time":
+        n = world.size
+        per_rank = world.gather(sharded.interleaved_step_times(MPICommunicator(world), *args))
+    else:
+        n = int(sys.argv[2])
+        per_rank = run_threads(n, sharded.interleaved_step_times, *args, timeout=120)
+    if world.rank == 0:
+        for (net, stage, prefetch), seconds in per_rank[0].items():
+            slowest = [max(ts) for ts in zip(*(r[(net, stage, prefetch)] for r in per_rank))]
+            print(f"TIME {'mpi' if mode == 'time' else 'threads'} net={net} stage={stage} prefetch={prefetch} "
+                  f"ranks={n} median_step_ms={1e3 * float(np.median(slowest)):.1f}", flush=True)
 else:
     raise SystemExit(f"unknown mode {mode!r}")
 sys.stdout.flush()

@@ -27,13 +27,13 @@ site: $(STAMP)           ## static build into site/
 test: $(STAMP)           ## the whole suite
 	$(PY) -m pytest
 
-BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimisers training_loop
+BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimizers training_loop sharded
 
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
-	for b in $(BENCHMARKS); do $(PY) -m reference_impl.bench $$b --publish || exit 1; done
+	for b in $(BENCHMARKS); do $(PY) -m benchmarks $$b --publish || exit 1; done
 
 bench-cluster: $(STAMP)  ## needs root: the same allreduce on a virtual cluster of network namespaces
-	$(PY) -m reference_impl.bench cluster --publish
+	$(PY) -m benchmarks cluster --publish
 
 release: $(STAMP)        ## instructors: learner notebooks into exercises/release/ (keeps any edited one); learners use `grader start`
 	$(PY) -m grader release

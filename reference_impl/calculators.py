@@ -164,7 +164,7 @@ MEASURED_PROFILE = "measured on this machine"
 
 
 def measured_link(alpha_beta_json: str | Path) -> LinkParams:
-    """α, β and γ fitted by ``python -m reference_impl.bench alpha_beta`` (its ``fit`` entry).
+    """α, β and γ fitted by ``python -m benchmarks alpha_beta`` (its ``fit`` entry).
 
     That benchmark times MPI ping-pongs and local reductions on the machine it runs on, so
     this is the link between two ranks there (shared memory on one host, a network across

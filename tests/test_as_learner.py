@@ -217,7 +217,7 @@ def test_benchmark_and_training_run_as_the_learner(lab):
     who, where = lab
     site_json = where / "docs/assets/bench/determinism.json"
     before = site_json.read_bytes()
-    bench = who.run([PY, "-m", "reference_impl.bench", "determinism", "--steps", "1", "--sums", "1"], cwd=where)
+    bench = who.run([PY, "-m", "benchmarks", "determinism", "--steps", "1", "--sums", "1"], cwd=where)
     assert bench.returncode == 0, bench.stderr
     assert json.loads((where / "bench-results/determinism.json").read_text())
     assert site_json.read_bytes() == before

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.bench.allreduce import MAX_BYTES, MIN_BYTES, summarise
-from reference_impl.bench.harness import bandwidths, sizes
+from benchmarks.allreduce import MAX_BYTES, MIN_BYTES, summarise
+from benchmarks.harness import bandwidths, sizes
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +41,7 @@ def test_summary_is_median_ratio_over_large_sizes():
 def test_benchmark_writes_json_with_machine_info(tmp_path):
     out = tmp_path / "allreduce.json"
     run = subprocess.run(
-        [sys.executable, "-m", "reference_impl.bench", "allreduce", "--ranks", "2,3",
+        [sys.executable, "-m", "benchmarks", "allreduce", "--ranks", "2,3",
          "--min-bytes", "8", "--max-bytes", "64", "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
@@ -62,5 +62,5 @@ def test_benchmark_writes_json_with_machine_info(tmp_path):
 
 
 def test_unknown_benchmark_prints_usage():
-    run = subprocess.run([sys.executable, "-m", "reference_impl.bench", "nope"], capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "nope"], capture_output=True, text=True, cwd=ROOT)
     assert run.returncode == 2 and "usage" in run.stderr

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.bench.__main__ import BENCHMARKS
-from reference_impl.bench.__main__ import main as bench_main
-from reference_impl.bench.harness import BLAS_THREAD_VARS, bench_parser, results_json, site_json
+from benchmarks.__main__ import BENCHMARKS
+from benchmarks.__main__ import main as bench_main
+from benchmarks.harness import BLAS_THREAD_VARS, bench_parser, results_json, site_json
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["determinism", "--steps", "1", "--sums", "1"]
@@ -22,7 +22,7 @@ QUICK = ["determinism", "--steps", "1", "--sums", "1"]
 
 def bench(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # importable from any cwd, installed or not
-    return subprocess.run([sys.executable, "-m", "reference_impl.bench", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], capture_output=True, text=True,
                           timeout=120, cwd=cwd, env=env)
 
 

@@ -148,7 +148,7 @@ def test_calibrate_on_thread_ranks_gives_every_rank_the_same_link():
 def test_alpha_beta_benchmark_writes_json(tmp_path):
     out = tmp_path / "alpha_beta.json"
     run = subprocess.run(
-        [sys.executable, "-m", "reference_impl.bench", "alpha_beta", "--max-bytes", str(64 << 10),
+        [sys.executable, "-m", "benchmarks", "alpha_beta", "--max-bytes", str(64 << 10),
          "--ranks", "2", "--allreduce-sizes", "64,4096", "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )

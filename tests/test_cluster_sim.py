@@ -91,8 +91,8 @@ def test_bad_input_is_named():
 
 
 def test_a_measured_profile_is_replayed_exactly_by_the_simulator():
-    """The benchmark's bridge from trainer traces to simulator input (reference_impl/bench/overlap.py)."""
-    from reference_impl.bench.overlap import beta_for_ratio, profile_from_traces, simulator_layers
+    """The benchmark's bridge from trainer traces to simulator input (benchmarks/overlap.py)."""
+    from benchmarks.overlap import beta_for_ratio, profile_from_traces, simulator_layers
     from reference_impl.comm import run_threads
     from reference_impl.train.data_parallel import train
 

@@ -8,7 +8,7 @@ import pytest
 
 from page_tools import assert_pages_quote
 
-from reference_impl.bench.deploy import crossover
+from benchmarks.deploy import crossover
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "assets" / "bench" / "deploy.json"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from page_tools import assert_pages_quote
-from reference_impl.bench.harness import BLAS_THREAD_VARS
+from benchmarks.harness import BLAS_THREAD_VARS
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "docs" / "assets" / "bench"
@@ -37,7 +37,7 @@ def _plotter(name: str):
 
 
 def test_reverse_mode_gradient_matches_finite_differences_and_a_numpy_backward_pass():
-    from reference_impl.bench.autodiff import LossModel
+    from benchmarks.autodiff import LossModel
 
     model = LossModel(hidden=3, batch=5, seed=1)
     assert model.n == 2 * 3 * 3 + 3 * 3 + 1  # two h x h layers, h x 1, and h + h + 1 biases
@@ -58,8 +58,8 @@ def test_reverse_mode_gradient_matches_finite_differences_and_a_numpy_backward_p
 
 
 def test_autodiff_benchmark_writes_json_and_the_plotter_reads_it(tmp_path, monkeypatch):
-    from reference_impl.bench import autodiff
-    from reference_impl.bench.__main__ import BENCHMARKS
+    from benchmarks import autodiff
+    from benchmarks.__main__ import BENCHMARKS
 
     assert BENCHMARKS["autodiff"] is autodiff.main  # so `make bench` and the command line find it
     for var in BLAS_THREAD_VARS:  # as if re-started with one BLAS thread: main runs here, no exec
@@ -98,8 +98,8 @@ def test_autodiff_plotter_draws_the_committed_file_and_refuses_a_broken_one():
 
 
 def test_passes_benchmark_counts_match_the_models_structure(tmp_path):
-    from reference_impl.bench import passes
-    from reference_impl.bench.__main__ import BENCHMARKS
+    from benchmarks import passes
+    from benchmarks.__main__ import BENCHMARKS
 
     assert BENCHMARKS["passes"] is passes.main
     out = tmp_path / "passes.json"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(120)
 
 
 def test_quick_benchmark_writes_a_plottable_json(tmp_path, monkeypatch):
-    from reference_impl.bench import custom_ops
+    from benchmarks import custom_ops
 
     out = tmp_path / "custom_ops.json"
     assert custom_ops.main(["--quick", "--repeats", "2", "--out", str(out)]) == 0
@@ -40,7 +40,7 @@ def test_quick_benchmark_writes_a_plottable_json(tmp_path, monkeypatch):
 
 
 def test_numpy_peers_agree_with_each_other(rng):
-    from reference_impl.bench.custom_ops import numpy_segment_sum_add_at, numpy_segment_sum_sorted
+    from benchmarks.custom_ops import numpy_segment_sum_add_at, numpy_segment_sum_sorted
 
     for n, k in ((0, 3), (1, 1), (50, 7)):
         data, ids = rng.standard_normal((n, 4)), rng.integers(0, k, size=n)

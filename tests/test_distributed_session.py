@@ -432,7 +432,7 @@ def test_benchmark_writes_json_and_the_plotter_reads_it(tmp_path):
     """The distributed_session benchmark on a tiny setting: same values checked inside, JSON, plot."""
     import json
 
-    from reference_impl.bench import distributed_session as bench
+    from benchmarks import distributed_session as bench
 
     root = Path(__file__).resolve().parents[1]
     out = tmp_path / "distributed_session.json"

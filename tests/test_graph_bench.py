@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_numpy_graph_and_eager_steps_agree():
-    from reference_impl.bench import graph as bench
+    from benchmarks import graph as bench
 
     x, y, params = bench._data()
     graph_step, sess = bench.graph_step_fn(x, y, [p.copy() for p in params])
@@ -29,7 +29,7 @@ def test_numpy_graph_and_eager_steps_agree():
 
 def test_benchmark_writes_json_and_the_plotter_reads_it(tmp_path):
     out = tmp_path / "graph.json"
-    run = subprocess.run([sys.executable, "-m", "reference_impl.bench", "graph", "--repeats", "2",
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "graph", "--repeats", "2",
                           "--chain", "20", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
                          timeout=240)
     assert run.returncode == 0, run.stderr

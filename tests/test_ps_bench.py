@@ -1,9 +1,9 @@
-"""``python -m reference_impl.bench ps --only throughput``: re-measures one part and keeps the rest."""
+"""``python -m benchmarks ps --only throughput``: re-measures one part and keeps the rest."""
 import json
 
 import pytest
 
-from reference_impl.bench import ps as bench
+from benchmarks import ps as bench
 
 
 def test_only_throughput_replaces_that_part_and_keeps_the_others(tmp_path):

@@ -156,7 +156,7 @@ def test_ssp_backup_and_asp_on_mpi_ranks():
 def test_the_cluster_benchmark_measures_every_rule(tmp_path):
     import json
 
-    from reference_impl.bench import ps_cluster
+    from benchmarks import ps_cluster
 
     out = tmp_path / "ps_cluster.json"
     assert ps_cluster.main(["--steps", "10", "--repeats", "1", "--step-time", "0.004", "--every", "0.004",

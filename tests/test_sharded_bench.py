@@ -1,4 +1,4 @@
-"""``python -m reference_impl.bench sharded``: its sections give the schema the site's plotter reads,
+"""``python -m benchmarks sharded``: its sections give the schema the site's plotter reads,
 the plotter renders the committed file, and the committed bytes per step are the closed forms exactly."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.bench import sharded
+from benchmarks import sharded
 from reference_impl.parallel import transformer as tf
 from reference_impl.parallel import zero
 

@@ -291,7 +291,7 @@ def test_profiles_follow_their_link_rates():
 def test_interconnects_benchmark_writes_json(tmp_path):
     out = tmp_path / "interconnects.json"
     run = subprocess.run(
-        [sys.executable, "-m", "reference_impl.bench", "interconnects", "--max-bytes", str(1 << 20),
+        [sys.executable, "-m", "benchmarks", "interconnects", "--max-bytes", str(1 << 20),
          "--sim-max-bytes", str(64 << 10), "--profiles", "10GbE,IB-NDR", "--out", str(out)],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )

@@ -37,7 +37,7 @@ def _plotter(name: str):
 
 def _run(name: str, out) -> dict:
     threads = {v: "1" for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}  # no re-exec
-    run = subprocess.run([sys.executable, "-m", "reference_impl.bench", name, "--quick", "--out", str(out)],
+    run = subprocess.run([sys.executable, "-m", "benchmarks", name, "--quick", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT, timeout=100, check=False,
                          env={**os.environ, **threads})
     assert run.returncode == 0, run.stdout + run.stderr
@@ -46,7 +46,7 @@ def _run(name: str, out) -> dict:
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 4])
 def test_parallel_map_keeps_the_order_of_map_and_overlaps_calls(workers):
-    from reference_impl.bench.training_loop import parallel_map
+    from benchmarks.training_loop import parallel_map
     from reference_impl.train.dataset import Dataset
 
     lock, running, most = threading.Lock(), [0], [0]
@@ -67,18 +67,18 @@ def test_parallel_map_keeps_the_order_of_map_and_overlaps_calls(workers):
 
 
 def test_make_bench_and_the_site_know_both_benchmarks():
-    from reference_impl.bench import optimisers, training_loop
-    from reference_impl.bench.__main__ import BENCHMARKS
+    from benchmarks import optimizers, training_loop
+    from benchmarks.__main__ import BENCHMARKS
 
-    assert BENCHMARKS["optimisers"] is optimisers.main and BENCHMARKS["training_loop"] is training_loop.main
+    assert BENCHMARKS["optimizers"] is optimizers.main and BENCHMARKS["training_loop"] is training_loop.main
     make_line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("BENCHMARKS"))
-    assert {"optimisers", "training_loop"} <= set(make_line.split())
+    assert {"optimizers", "training_loop"} <= set(make_line.split())
     hooks = (ROOT / "docs" / "hooks" / "bench_plots.py").read_text()
-    assert "plot_optimisers" in hooks and "plot_training_loop" in hooks
+    assert "plot_optimizers" in hooks and "plot_training_loop" in hooks
 
 
 def test_ideal_rates_are_the_formulas_of_the_page():
-    from reference_impl.bench.training_loop import ideal_rate
+    from benchmarks.training_loop import ideal_rate
 
     assert ideal_rate(0, 0.02, 0.01) == pytest.approx(1 / 0.03)
     assert ideal_rate(1, 0.02, 0.01) == pytest.approx(1 / 0.02)
@@ -87,8 +87,8 @@ def test_ideal_rates_are_the_formulas_of_the_page():
 
 
 def test_optimisers_benchmark_quick(tmp_path):
-    doc = _run("optimisers", tmp_path / "optimisers.json")
-    assert doc["benchmark"] == "optimisers" and "cpu" in doc["machine"] and doc["settings"]["quick"]
+    doc = _run("optimizers", tmp_path / "optimizers.json")
+    assert doc["benchmark"] == "optimizers" and "cpu" in doc["machine"] and doc["settings"]["quick"]
     assert list(doc["tuning"]) == ["SGD", "Momentum", "Nesterov", "Adagrad", "RMSProp", "Adam"]
     for name, t in doc["tuning"].items():
         usable = [row for row in t["grid"] if row["val_loss"] is not None]
@@ -102,12 +102,12 @@ def test_optimisers_benchmark_quick(tmp_path):
         assert row["time_vs_sgd"] > 0 and len(row["step_seconds"]) == doc["settings"]["repeats"]
     assert cost["optimisers"]["SGD"]["time_vs_sgd"] == 1.0
     assert cost["optimisers"]["Adam"]["update_nodes"] > cost["optimisers"]["SGD"]["update_nodes"]
-    figures, summary = _plotter("optimisers").plot(tmp_path / "optimisers.json", doc)
+    figures, summary = _plotter("optimizers").plot(tmp_path / "optimizers.json", doc)
     assert set(figures) == {"curves", "cost"} and "| Adam |" in summary and "*Machine:*" in summary
 
 
 def test_training_loop_benchmark_quick(tmp_path):
-    from reference_impl.bench.training_loop import ideal_rate
+    from benchmarks.training_loop import ideal_rate
 
     doc = _run("training_loop", tmp_path / "training_loop.json")
     assert doc["benchmark"] == "training_loop" and doc["settings"]["quick"]
@@ -127,8 +127,8 @@ def test_training_loop_benchmark_quick(tmp_path):
 
 
 @pytest.mark.parametrize("name, break_it, message", [
-    ("optimisers", lambda d: d["cost"]["optimisers"].pop("SGD"), "'cost.optimisers' must be an object that includes SGD"),
-    ("optimisers", lambda d: d["tuning"]["Adam"].pop("runs"), "'tuning.Adam' needs 'best_learning_rate'"),
+    ("optimizers", lambda d: d["cost"]["optimisers"].pop("SGD"), "'cost.optimisers' must be an object that includes SGD"),
+    ("optimizers", lambda d: d["tuning"]["Adam"].pop("runs"), "'tuning.Adam' needs 'best_learning_rate'"),
     ("training_loop", lambda d: d["input"]["wait"][0]["pipelines"]["prefetch"].pop("ideal_steps_per_s"),
      "'input.wait\\[0\\].pipelines.prefetch' needs numbers"),
     ("training_loop", lambda d: d["estimator"]["timing"].pop("hand-written Session loop"),
@@ -165,7 +165,7 @@ def quoted_figures() -> list[tuple[str, str]]:
     """
     import statistics as st
 
-    o = json.loads((ROOT / "docs" / "assets" / "bench" / "optimisers.json").read_text())
+    o = json.loads((ROOT / "docs" / "assets" / "bench" / "optimizers.json").read_text())
     t, c = o["tuning"], o["cost"]["optimisers"]
     acc = {n: 100 * st.median(r["test_accuracy"] for r in t[n]["runs"]) for n in t}
     adam_accs = [100 * r["test_accuracy"] for r in t["Adam"]["runs"]]

@@ -1,4 +1,4 @@
-"""The Wide & Deep part of ``python -m reference_impl.bench ps``: a quick run writes the tuned
+"""The Wide & Deep part of ``python -m benchmarks ps``: a quick run writes the tuned
 LR peer and the three W&D models on InstEval and on the click log; the tuning never sees the
 test split; the training command's defaults are the benchmark's chosen joint configuration;
 the pages quote the committed figures; the click log's crosses are what its docstring says."""
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from page_tools import assert_pages_quote
-from reference_impl.bench import ps as bench
+from benchmarks import ps as bench
 from reference_impl.models import ClickLog
 from reference_impl.models.insteval import JOINT_CONFIG, load_insteval, train_test_split
 from reference_impl.models.wide_deep import WideDeepConfig

@@ -1,6 +1,6 @@
 """MkDocs hook: plot the measured benchmarks at build time.
 
-``make bench`` (``python -m reference_impl.bench NAME --publish``) writes one JSON file per benchmark
+``make bench`` (``python -m benchmarks NAME --publish``) writes one JSON file per benchmark
 under ``docs/assets/bench/``, with the machine it ran on. This hook reads them on every
 build and adds the figures to the site as *generated* files (``File.generated``), so the
 plots always show the data in the repository, nothing generated is written into ``docs/``,
@@ -30,7 +30,7 @@ import plot_distributed_session
 import plot_grading
 import plot_graph
 import plot_interconnects
-import plot_optimisers
+import plot_optimizers
 import plot_overlap
 import plot_passes
 import plot_pipeline
@@ -50,7 +50,7 @@ PLOTTERS = {
     m.NAME: m.plot
     for m in (plot_allreduce, plot_alpha_beta, plot_autodiff, plot_cluster, plot_collectives, plot_custom_ops,
               plot_deploy, plot_determinism, plot_distributed_session, plot_grading, plot_graph,
-              plot_interconnects, plot_optimisers, plot_overlap, plot_passes, plot_pipeline, plot_ps,
+              plot_interconnects, plot_optimizers, plot_overlap, plot_passes, plot_pipeline, plot_ps,
               plot_ps_cluster, plot_sharded, plot_training, plot_training_loop)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file

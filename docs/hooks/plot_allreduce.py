@@ -1,4 +1,4 @@
-"""Figures of ``allreduce.json`` (``python -m reference_impl.bench allreduce``).
+"""Figures of ``allreduce.json`` (``python -m benchmarks allreduce``).
 
 It produces
 

@@ -1,4 +1,4 @@
-"""Figures of ``alpha_beta.json`` (``python -m reference_impl.bench alpha_beta``).
+"""Figures of ``alpha_beta.json`` (``python -m benchmarks alpha_beta``).
 
 It produces
 

@@ -1,4 +1,4 @@
-"""Figure of ``autodiff.json`` (``python -m reference_impl.bench autodiff``).
+"""Figure of ``autodiff.json`` (``python -m benchmarks autodiff``).
 
 ``assets/bench/autodiff-cost.svg``: the time of a whole gradient divided by the time of one
 forward pass, against the parameter count n (log-log): reverse mode (``gradients`` run by a

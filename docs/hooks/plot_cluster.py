@@ -1,4 +1,4 @@
-"""Figures of ``cluster.json`` (``python -m reference_impl.bench cluster``).
+"""Figures of ``cluster.json`` (``python -m benchmarks cluster``).
 
 It produces ``assets/bench/cluster-busbw.svg`` (one figure per rank count: bus bandwidth
 against size, a colour per setting, our ring solid and the MPI library dashed) and a summary

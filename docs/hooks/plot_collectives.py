@@ -1,4 +1,4 @@
-"""Figures of ``collectives.json`` (``python -m reference_impl.bench collectives``).
+"""Figures of ``collectives.json`` (``python -m benchmarks collectives``).
 
 Per rank count it produces
 

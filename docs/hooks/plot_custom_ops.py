@@ -1,4 +1,4 @@
-"""Figure of ``custom_ops.json`` (``python -m reference_impl.bench custom_ops``).
+"""Figure of ``custom_ops.json`` (``python -m benchmarks custom_ops``).
 
 It produces ``assets/bench/custom_ops-speedup.svg``: for each op and each input size, the
 NumPy composition's best CPU time divided by the C kernel's (above 1: C is faster), and

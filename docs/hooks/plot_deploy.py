@@ -1,4 +1,4 @@
-"""Figures of ``deploy.json`` (``python -m reference_impl.bench deploy``).
+"""Figures of ``deploy.json`` (``python -m benchmarks deploy``).
 
 * ``assets/bench/deploy-sweep-b1.svg``, ``deploy-sweep-b64.svg``: time of ``x @ W`` (1024×1024)
   against density for dense BLAS, the generic CSR kernels and the JIT's kernels, with the

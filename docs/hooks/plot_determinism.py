@@ -1,4 +1,4 @@
-"""Figure of ``determinism.json`` (``python -m reference_impl.bench determinism``).
+"""Figure of ``determinism.json`` (``python -m benchmarks determinism``).
 
 It produces ``assets/bench/determinism-drift.svg``: ``max |w_a - w_b|`` against the training
 step for each pair of configurations (log scale; a pair that stays bit-for-bit equal is

@@ -1,4 +1,4 @@
-"""Figure of ``distributed_session.json`` (``python -m reference_impl.bench distributed_session``).
+"""Figure of ``distributed_session.json`` (``python -m benchmarks distributed_session``).
 
 It produces ``assets/bench/distributed_session-step.svg``: the time of one replicated SGD
 step in the single-process Session, in a DistributedSession whose plan is cached, and as the

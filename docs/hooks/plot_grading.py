@@ -1,4 +1,4 @@
-"""Figure of ``grading.json`` (``python -m reference_impl.bench grading``).
+"""Figure of ``grading.json`` (``python -m benchmarks grading``).
 
 It produces ``assets/bench/grading-overhead.svg``: per assignment, the time to run the
 solution notebook alone (nbclient) and through ``python -m grader check``, stacked so that

@@ -1,4 +1,4 @@
-"""Figure of ``graph.json`` (``python -m reference_impl.bench graph``).
+"""Figure of ``graph.json`` (``python -m benchmarks graph``).
 
 It produces ``assets/bench/graph-step.svg``: the distribution of one MLP training step's time
 in hand-written NumPy, graph mode and eager mode (box plots of every timed repeat), and

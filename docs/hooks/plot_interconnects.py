@@ -1,4 +1,4 @@
-"""Figures of ``interconnects.json`` (``python -m reference_impl.bench interconnects``).
+"""Figures of ``interconnects.json`` (``python -m benchmarks interconnects``).
 
 It produces
 

@@ -1,4 +1,4 @@
-"""Figures of ``overlap.json`` (``python -m reference_impl.bench overlap``).
+"""Figures of ``overlap.json`` (``python -m benchmarks overlap``).
 
 It produces
 

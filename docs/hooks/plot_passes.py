@@ -1,4 +1,4 @@
-"""Figures of ``passes.json`` (``python -m reference_impl.bench passes``).
+"""Figures of ``passes.json`` (``python -m benchmarks passes``).
 
 ``assets/bench/passes-ops.svg``: for the training graph and the inference graph, the number
 of ops as built and after each pass. ``assets/bench/passes-time.svg``: the graph

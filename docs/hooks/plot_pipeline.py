@@ -1,4 +1,4 @@
-"""Figures of ``pipeline.json`` (``python -m reference_impl.bench pipeline``).
+"""Figures of ``pipeline.json`` (``python -m benchmarks pipeline``).
 
 ``assets/bench/pipeline-bubble.svg``: the bubble fraction against the number of micro-batches
 for each pipeline depth: the formula (p-1)/(m+p-1) as lines, the executed schedule with unit

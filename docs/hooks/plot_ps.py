@@ -1,4 +1,4 @@
-"""Figures of ``ps.json`` (``python -m reference_impl.bench ps``).
+"""Figures of ``ps.json`` (``python -m benchmarks ps``).
 
 * ``assets/bench/ps-consistency.svg``: best test log-loss so far against simulated time
   for each consistency model, one panel per straggler scenario, with the target line;

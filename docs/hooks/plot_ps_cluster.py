@@ -1,4 +1,4 @@
-"""Figures of ``ps_cluster.json`` (``python -m reference_impl.bench ps_cluster``).
+"""Figures of ``ps_cluster.json`` (``python -m benchmarks ps_cluster``).
 
 * ``assets/bench/ps_cluster-curves.svg``: test log-loss against wall-clock seconds for
   every rule with one straggler, and straggler-free BSP, on real thread ranks (first repeat);

@@ -1,4 +1,4 @@
-"""Figures of ``sharded.json`` (``python -m reference_impl.bench sharded``): ZeRO against plain DP.
+"""Figures of ``sharded.json`` (``python -m benchmarks sharded``): ZeRO against plain DP.
 
 * ``assets/bench/sharded-memory.svg``: peak bytes per rank against the number of ranks for
   plain data parallelism and ZeRO stages 1-3 (stage 3 with and without prefetch): measured

@@ -1,4 +1,4 @@
-"""Figures of ``training.json`` (``python -m reference_impl.bench training``).
+"""Figures of ``training.json`` (``python -m benchmarks training``).
 
 * ``training-init.svg``: activation standard deviation through 50 layers per initialiser
   (tanh and ReLU side by side, log scale);

@@ -1,4 +1,4 @@
-"""Figures of ``training_loop.json`` (``python -m reference_impl.bench training_loop``).
+"""Figures of ``training_loop.json`` (``python -m benchmarks training_loop``).
 
 * ``training_loop-input.svg``: steps per second of a loop fed by a serial, a prefetching
   and a parallel-map input pipeline, against the ideals ``1/(X+Y)``, ``1/max(X,Y)`` and

@@ -56,7 +56,7 @@ def human_bytes(n: float, digits: int = 6) -> str:
 def bad(path: Path, why: str) -> PluginError:
     return PluginError(
         f"bench_plots hook: {path} is not a usable benchmark file: {why}.\n"
-        "  Regenerate it with `make bench` (python -m reference_impl.bench NAME --publish)."
+        "  Regenerate it with `make bench` (python -m benchmarks NAME --publish)."
     )
 
 

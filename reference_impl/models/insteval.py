@@ -134,7 +134,7 @@ def insteval_columns(embedding_dim: int = 16) -> tuple[list, list, list]:
 CROSSES = (("s", "d"), ("d", "studage"), ("s", "dept"), ("d", "service"))
 
 # The joint model's hyper-parameters, chosen on the validation split by
-# ``python -m reference_impl.bench ps --only wide_deep`` (``wide_deep.insteval.models``) and
+# ``python -m benchmarks ps --only wide_deep`` (``wide_deep.insteval.models``) and
 # copied here: the defaults of ``python -m reference_impl.train wide_deep``.
 JOINT_CONFIG = WideDeepConfig(ftrl_alpha=3.09, ftrl_l1=0.000515, ftrl_l2=0.008, embedding_dim=8, embedding_lr=0.0482,
                               mlp_lr=0.000119, embedding_l2=0.842, hidden=(64, 32), epochs=11)

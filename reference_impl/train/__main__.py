@@ -13,7 +13,7 @@ MLP) on ``--servers`` server ranks, trained by ``--workers`` workers under the r
 compute per step. ``allreduce`` is the mirrored strategy (full replicas, sparse
 gradients all-gathered, dense all-reduced). Ranks are threads of this process. The model's
 hyper-parameters (``--ftrl-alpha`` ... ``--embedding-l2``, ``--epochs``) default to
-``models.insteval.JOINT_CONFIG``, the configuration ``python -m reference_impl.bench ps``
+``models.insteval.JOINT_CONFIG``, the configuration ``python -m benchmarks ps``
 chose on a validation split, so the defaults train the model whose test AUC the site quotes.
 It prints
 test AUC and log-loss, training throughput, and the bytes the ranks sent (counted by

@@ -18,15 +18,15 @@ Usage: zero_train.py MODE, MODE one of
   float32, one BLAS thread per rank, on the plain communicator and behind a simulated 1 Gb/s
   link. Prints ``TIME`` lines.
 
-The ``memory`` and ``time`` measurements are ``reference_impl.bench.sharded``'s functions
-(``python -m reference_impl.bench sharded`` runs them for the site's figures).
+The ``memory`` and ``time`` measurements are ``benchmarks.sharded``'s functions
+(``python -m benchmarks sharded`` runs them for the site's figures).
 """
 import sys
 
 import numpy as np
 from mpi4py import MPI
 
-from reference_impl.bench import sharded
+from benchmarks import sharded
 from reference_impl.comm import CountingCommunicator, MPICommunicator
 from reference_impl.parallel import transformer as tf
 from reference_impl.parallel import zero
@@ -63,7 +63,7 @@ if mode == "equivalence":
             print(f"EQUIV stage={stage} prefetch={prefetch} ranks={n} maxdiff={max(diffs):.3g} "
                   f"bytes={sent[0]} expected={expected}", flush=True)
 
-elif mode == "memory":  # the benchmark's measurement (reference_impl/bench/sharded.py), printed per rank
+elif mode == "memory":  # the benchmark's measurement (benchmarks/sharded.py), printed per rank
     for row in sharded.memory_rows(world, STATE_HEAVY, batch=2, seq=16, groups=(8, 4, 2, 1), runs=tuple(RUNS)):
         print(f"MEM stage={row['stage']} prefetch={row['prefetch']} ranks={row['ranks']} rank={row['rank']} "
               f"measured={row['measured']} predicted={row['predicted']['peak']} "

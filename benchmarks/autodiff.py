@@ -1,6 +1,6 @@
 """The cost of a gradient: reverse mode against finite differences, as the parameter count grows.
 
-``python -m reference_impl.bench autodiff`` builds, for each hidden width ``h``, the loss of a
+``python -m benchmarks autodiff`` builds, for each hidden width ``h``, the loss of a
 tanh MLP ``h -> h -> h -> 1`` with mean squared error on a fixed batch, in float64, with every
 weight and bias a fed placeholder (so finite differences can perturb them), and times in one
 process, interleaved repeat by repeat:

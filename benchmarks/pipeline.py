@@ -1,4 +1,4 @@
-"""Pipeline parallelism and checkpoint I/O, measured: ``python -m reference_impl.bench pipeline``.
+"""Pipeline parallelism and checkpoint I/O, measured: ``python -m benchmarks pipeline``.
 
 (a) **Bubble**: an 8-layer MLP pipelined over p = 1, 2, 4, 8 thread ranks with m micro-batches
     (fixed micro-batch size, so every op costs the same whatever m), both schedules. Each
@@ -36,9 +36,9 @@ CKPT_MIB = (4, 32, 128)
 
 
 def bubble_sweep(stages: tuple[int, ...], micro: tuple[int, ...], repeats: int) -> list[dict]:
-    from ..comm import run_threads
-    from ..train.mlp import init_mlp
-    from ..train.pipeline_parallel import bubble_fraction, measured_bubble, median_cost_bubble, pipeline_step
+    from reference_impl.comm import run_threads
+    from reference_impl.train.mlp import init_mlp
+    from reference_impl.train.pipeline_parallel import bubble_fraction, measured_bubble, median_cost_bubble, pipeline_step
 
     params = init_mlp((WIDTH,) * (N_LAYERS + 1), seed=0)
     rows = []
@@ -69,9 +69,9 @@ def bubble_sweep(stages: tuple[int, ...], micro: tuple[int, ...], repeats: int) 
 
 
 def memory_sweep() -> list[dict]:
-    from ..comm import run_threads
-    from ..train.mlp import init_mlp
-    from ..train.pipeline_parallel import data_parallel_memory, pipeline_step
+    from reference_impl.comm import run_threads
+    from reference_impl.train.mlp import init_mlp
+    from reference_impl.train.pipeline_parallel import data_parallel_memory, pipeline_step
 
     params = init_mlp((WIDTH,) * (N_LAYERS + 1), seed=0)
     rows = []
@@ -90,7 +90,7 @@ def memory_sweep() -> list[dict]:
 
 
 def checkpoint_throughput(sizes_mib: tuple[int, ...], repeats: int) -> list[dict]:
-    from ..train.checkpoint import load_checkpoint, save_checkpoint
+    from reference_impl.train.checkpoint import load_checkpoint, save_checkpoint
 
     rows = []
     root = Path(tempfile.mkdtemp(prefix="bench-ckpt-"))

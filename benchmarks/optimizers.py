@@ -1,7 +1,7 @@
-"""Optimisers compared on a real task, and what each costs per step: ``python -m reference_impl.bench optimisers``.
+"""Optimisers compared on a real task, and what each costs per step: ``python -m benchmarks optimizers``.
 
-Two experiments, one JSON file (``bench-results/optimisers.json``; with ``--publish``, the
-site's ``docs/assets/bench/optimisers.json``):
+Two experiments, one JSON file (``bench-results/optimizers.json``; with ``--publish``, the
+site's ``docs/assets/bench/optimizers.json``):
 
 * ``tuning`` + ``curves``: the graph MLP (64 -> 64 -> 10, ReLU) on scikit-learn's
   handwritten digits (the data ships inside the package; nothing is downloaded), trained
@@ -114,7 +114,7 @@ def tuning(widths: tuple[int, ...], steps: int, batch: int, rates: list[float], 
             grid.append({"learning_rate": lr, "val_loss": None if r["diverged"] else r["val_loss"]})
         usable = [row for row in grid if row["val_loss"] is not None]
         if not usable:
-            raise RuntimeError(f"optimisers benchmark: {name} diverged at every learning rate of {rates}")
+            raise RuntimeError(f"optimizers benchmark: {name} diverged at every learning rate of {rates}")
         best = min(usable, key=lambda row: row["val_loss"])["learning_rate"]
         runs = [train_run(factories[name], best, data, widths, steps, batch, seed=s) for s in range(seeds)]
         out[name] = {"grid": grid, "best_learning_rate": best, "runs": runs}
@@ -179,7 +179,7 @@ def cost(params: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = bench_parser("optimisers", __doc__)
+    parser = bench_parser("optimizers", __doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test (seconds)")
     parser.add_argument("--steps", type=int, default=600, help="training steps per run (default 600)")
     parser.add_argument("--seeds", type=int, default=5, help="seeded runs at each optimiser's best rate")
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.steps, args.seeds, args.params, args.repeats) < 1:
         parser.error("--steps, --seeds, --params and --repeats must be >= 1")
-    restart_with_blas_threads("optimisers", argv)  # CPU time measures the work only on one BLAS thread
+    restart_with_blas_threads("optimizers", argv)  # CPU time measures the work only on one BLAS thread
 
     q = args.quick
     settings = {"widths": [64, 64, 10], "batch": 32, "steps": 20 if q else args.steps,
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     print("tuning each optimiser's learning rate on the digits ...", flush=True)
     document: dict[str, Any] = {
-        "benchmark": "optimisers",
+        "benchmark": "optimizers",
         "machine": machine_info(mpi_library="not used (single process)"),
         "settings": settings,
         "tuning": tuning(tuple(settings["widths"]), settings["steps"], settings["batch"], settings["rates"],

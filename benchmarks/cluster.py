@@ -1,6 +1,6 @@
 """Benchmark: the same allreduce program on one host and on a (virtual) cluster.
 
-``python -m reference_impl.bench cluster`` (root: it creates network namespaces) runs the
+``python -m benchmarks cluster`` (root: it creates network namespaces) runs the
 allreduce benchmark's worker, unchanged, in three settings for 2 and 4 ranks:
 
 * ``shared memory``: every rank on this machine, as ``make bench`` runs it;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from ..comm.virtual_cluster import ClusterUnavailable, VirtualCluster
+from reference_impl.comm.virtual_cluster import ClusterUnavailable, VirtualCluster
 from .allreduce import summarise
 from .harness import bench_parser, mpi_job, sizes, write_json
 from .machine import machine_info
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rank_counts = [int(r) for r in args.ranks.split(",")]
     byte_sizes = sizes(args.min_bytes, args.max_bytes)
-    worker = ["-m", "reference_impl.bench.allreduce", "--worker", "--sizes", ",".join(map(str, byte_sizes)),
+    worker = ["-m", "benchmarks.allreduce", "--worker", "--sizes", ",".join(map(str, byte_sizes)),
               "--warmup", "2"]
     results: list[dict] = []
     meta = {"mpi_library": "unknown"}

@@ -1,6 +1,6 @@
 """Graph mode vs eager mode vs hand-written NumPy: one MLP training step, and per-op overhead.
 
-``python -m reference_impl.bench graph`` times, interleaved repeat by repeat in one process:
+``python -m benchmarks graph`` times, interleaved repeat by repeat in one process:
 
 * ``numpy``: a hand-written forward, backward and SGD update of a 784-512-512-10 ReLU MLP
   with mean softmax cross-entropy (batch 128, float32): the floor any framework pays;
@@ -75,7 +75,7 @@ def _mlp(G: Any, x: Any, y: Any, ps: list) -> Any:
 
 
 def graph_step_fn(x: np.ndarray, y: np.ndarray, params: list[np.ndarray]) -> tuple[Callable[[], float], Any]:
-    from .. import graph as G
+    from reference_impl import graph as G
 
     g = G.Graph()
     with g.as_default():
@@ -91,7 +91,7 @@ def graph_step_fn(x: np.ndarray, y: np.ndarray, params: list[np.ndarray]) -> tup
 
 
 def eager_step_fn(x: np.ndarray, y: np.ndarray, params: list[np.ndarray]) -> Callable[[], float]:
-    from .. import graph as G
+    from reference_impl import graph as G
 
     vs = [G.EagerVariable(p) for p in params]
     xe, ye = G.EagerTensor(x), G.EagerTensor(y)
@@ -119,7 +119,7 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, li
 
 def dispatch_fns(n: int) -> dict[str, Callable[[], Any]]:
     """A chain of ``n`` scalar additions, in each mode."""
-    from .. import graph as G
+    from reference_impl import graph as G
 
     g = G.Graph()
     with g.as_default():

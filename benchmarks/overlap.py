@@ -1,6 +1,6 @@
 """Benchmark: tensor fusion, overlap of backward with allreduce, and the cluster simulator.
 
-``python -m reference_impl.bench overlap`` writes ``bench-results/overlap.json`` (with
+``python -m benchmarks overlap`` writes ``bench-results/overlap.json`` (with
 ``--publish``, the site's ``docs/assets/bench/overlap.json``) with four parts, all from one
 invocation:
 
@@ -60,8 +60,8 @@ def run_fusion(repeats: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator, allreduce
-    from ..comm.bucketing import plan_buckets
+    from reference_impl.comm import MPICommunicator, allreduce
+    from reference_impl.comm.bucketing import plan_buckets
 
     world = MPI.COMM_WORLD
     comm = MPICommunicator(world)
@@ -142,7 +142,7 @@ def profile_from_traces(traces: list[Any]) -> dict[str, Any]:
 
 def simulator_layers(profile: dict[str, Any]) -> list[Any]:
     """``cluster_sim.Layer``s reproducing a measured profile: one per bucket, input side first."""
-    from ..comm.cluster_sim import Layer
+    from reference_impl.comm.cluster_sim import Layer
 
     per_bucket = [Layer(0.0, s, (b,)) for s, b in zip(profile["segments_s"], profile["bucket_bytes"])]
     layers = [Layer(profile["forward_s"], profile["tail_s"], ())] + per_bucket[::-1]
@@ -166,14 +166,14 @@ def run_overlap(ratios: list[float], repeats: int, warmup: int) -> None:
     """Step time in overlap and end modes per ratio, and the simulator's predictions of both."""
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator
-    from ..comm.calibrate import calibrate
-    from ..comm.cluster_sim import simulate_step
-    from ..comm.cost_model import LinkParams
-    from ..comm.simnet import SimulatedNetwork
-    from ..train.data import shard, synthetic_classification
-    from ..train.data_parallel import DataParallelTrainer
-    from ..train.mlp import init_mlp
+    from reference_impl.comm import MPICommunicator
+    from reference_impl.comm.calibrate import calibrate
+    from reference_impl.comm.cluster_sim import simulate_step
+    from reference_impl.comm.cost_model import LinkParams
+    from reference_impl.comm.simnet import SimulatedNetwork
+    from reference_impl.train.data import shard, synthetic_classification
+    from reference_impl.train.data_parallel import DataParallelTrainer
+    from reference_impl.train.mlp import init_mlp
 
     world = MPI.COMM_WORLD
     rank, n = world.Get_rank(), world.Get_size()
@@ -234,8 +234,8 @@ def run_overlap(ratios: list[float], repeats: int, warmup: int) -> None:
 
 def simulated_curves() -> dict[str, Any]:
     """Scaling to 1024 workers per interconnect, and the overlap gain against the ratio."""
-    from ..comm.cluster_sim import Layer, gain_vs_ratio, scaling
-    from ..comm.simnet import INTERCONNECTS
+    from reference_impl.comm.cluster_sim import Layer, gain_vs_ratio, scaling
+    from reference_impl.comm.simnet import INTERCONNECTS
 
     m = SIM_MODEL
     per_layer = m["grad_bytes"] // m["layers"]
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     results.append(record)
 
-            argv = ["-m", "reference_impl.bench.overlap", "--worker", part, "--repeats", str(args.repeats),
+            argv = ["-m", "benchmarks.overlap", "--worker", part, "--repeats", str(args.repeats),
                     "--warmup", str(args.warmup), "--ratios", ",".join(map(str, job_ratios))]
             mpi_job(n, argv, on_record, args.timeout, env=ONE_THREAD)
             progress.update(1)

@@ -1,6 +1,6 @@
 """Custom C kernels vs their NumPy compositions, across sizes, plus the cost of one call.
 
-``python -m reference_impl.bench custom_ops`` times, interleaved repeat by repeat in one
+``python -m benchmarks custom_ops`` times, interleaved repeat by repeat in one
 process (float32):
 
 * ``sparse_segment_sum`` (``n`` rows of width 64 summed into ``n / 4`` segments, ids drawn at

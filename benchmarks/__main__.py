@@ -1,10 +1,10 @@
-"""``python -m reference_impl.bench NAME [options]``: run one benchmark (``--help`` per benchmark)."""
+"""``python -m benchmarks NAME [options]``: run one benchmark (``--help`` per benchmark)."""
 from __future__ import annotations
 
 import sys
 
 from . import (allreduce, alpha_beta, autodiff, cluster, collectives, custom_ops, deploy, determinism,
-               distributed_session, grading, graph, interconnects, optimisers, overlap, passes, pipeline, ps,
+               distributed_session, grading, graph, interconnects, optimizers, overlap, passes, pipeline, ps,
                ps_cluster, sharded, training, training_loop)
 
 BENCHMARKS = {
@@ -25,7 +25,7 @@ BENCHMARKS = {
     "deploy": deploy.main,
     "autodiff": autodiff.main,
     "passes": passes.main,
-    "optimisers": optimisers.main,
+    "optimizers": optimizers.main,
     "training_loop": training_loop.main,
     "grading": grading.main,
     "cluster": cluster.main,  # needs root: it builds a virtual cluster of network namespaces
@@ -34,7 +34,7 @@ BENCHMARKS = {
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHMARKS:
-        print(f"usage: python -m reference_impl.bench {{{','.join(BENCHMARKS)}}} [options]", file=sys.stderr)
+        print(f"usage: python -m benchmarks {{{','.join(BENCHMARKS)}}} [options]", file=sys.stderr)
         return 2
     return BENCHMARKS[argv[0]](argv[1:])
 

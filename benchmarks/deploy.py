@@ -1,6 +1,6 @@
 """Deployment: JIT with inlined weights vs the interpreter, sparse kernels vs dense, pruning and int8.
 
-``python -m reference_impl.bench deploy`` measures, in one process (implementations timed in
+``python -m benchmarks deploy`` measures, in one process (implementations timed in
 turn, repeat by repeat, so they share the machine's state):
 
 Times are the best of ``--repeats`` batches of calls (see ``per_call``); the MLP's calls take

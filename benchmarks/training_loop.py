@@ -1,4 +1,4 @@
-"""Around the model: the input pipeline and the Estimator, measured: ``python -m reference_impl.bench training_loop``.
+"""Around the model: the input pipeline and the Estimator, measured: ``python -m benchmarks training_loop``.
 
 Two experiments, one JSON file (``bench-results/training_loop.json``; with ``--publish``, the
 site's ``docs/assets/bench/training_loop.json``):
@@ -269,7 +269,7 @@ def estimator_experiment(steps: int, batch: int, save_every: list[int], eval_eve
     from reference_impl.train.checkpoint import load_checkpoint
     from reference_impl.train.estimator import Estimator
 
-    from .optimisers import digits_splits
+    from .optimizers import digits_splits
 
     data = digits_splits()
     model_fn = _model_fn((64, 64, 10), 0.003)

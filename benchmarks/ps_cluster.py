@@ -1,6 +1,6 @@
 """Consistency rules on real parameter-server ranks: wall-clock time to a target loss with a straggler.
 
-``python -m reference_impl.bench ps_cluster`` runs the embedding model of
+``python -m benchmarks ps_cluster`` runs the embedding model of
 ``reference_impl.ps.training`` (a sparse table ``emb`` and dense ``w``, ``b`` on one server
 rank) with 4 worker ranks (threads of this process) on the synthetic click log, under
 BSP, ASP, SSP (s = 1, 4, 16), backup workers (4 + 1 workers, the first 4 gradients of
@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from ..comm import Communicator, run_threads
-from ..models.click_log import ClickLog, logloss
-from ..ps import SGD, ClusterSpec, Consistency, ParameterServer
-from ..ps.training import Pace, model_spec, run_ps_rank
+from reference_impl.comm import Communicator, run_threads
+from reference_impl.models.click_log import ClickLog, logloss
+from reference_impl.ps import SGD, ClusterSpec, Consistency, ParameterServer
+from reference_impl.ps.training import Pace, model_spec, run_ps_rank
 from .harness import bench_parser, write_json
 from .machine import machine_info
 

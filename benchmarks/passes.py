@@ -1,6 +1,6 @@
 """What the graph passes do to real graphs: op counts after each pass, and interpreter time per step.
 
-``python -m reference_impl.bench passes`` builds two graphs and, for each, records how many
+``python -m benchmarks passes`` builds two graphs and, for each, records how many
 ops remain after every pass and times the graph interpreter (``Session.run``) before and
 after, interleaved repeat by repeat in one process:
 
@@ -70,9 +70,9 @@ def training_graph(repeats: int) -> dict[str, Any]:
     """The Adam training step: op counts per Session pass, what CSE removed, time per step."""
     import reference_impl.graph as G
 
-    from ..train.data import synthetic_classification
-    from ..train.graph_mlp import build_classifier
-    from ..train.optimizers import Adam
+    from reference_impl.train.data import synthetic_classification
+    from reference_impl.train.graph_mlp import build_classifier
+    from reference_impl.train.optimizers import Adam
 
     model = build_classifier(TRAIN_WIDTHS, seed=0)
     with model.graph.as_default():
@@ -133,7 +133,7 @@ def inference_graph(repeats: int, batches: tuple[int, ...]) -> dict[str, Any]:
     """The batch-normalised MLP: op counts per inference pass, time per step at each batch size."""
     import reference_impl.graph as G
 
-    from ..compiler import optimize_for_inference
+    from reference_impl.compiler import optimize_for_inference
 
     graph, logits, init, sess = _inference_model()
     optimised, report = optimize_for_inference(sess, [logits])

@@ -1,6 +1,6 @@
 """Parameter servers, sparse tables, consistency models and Wide & Deep, measured.
 
-``python -m reference_impl.bench ps`` runs these parts in one process and writes
+``python -m benchmarks ps`` runs these parts in one process and writes
 ``bench-results/ps.json`` (with ``--publish``, the site's ``docs/assets/bench/ps.json``;
 ``--only PART`` runs one and replaces it in that file):
 
@@ -45,11 +45,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..comm import CountingCommunicator, allreduce, run_threads
-from ..models import ClickLog
-from ..models import feature_columns as fc
-from ..models.click_log import logloss
-from ..models.insteval import (
+from reference_impl.comm import CountingCommunicator, allreduce, run_threads
+from reference_impl.models import ClickLog
+from reference_impl.models import feature_columns as fc
+from reference_impl.models.click_log import logloss
+from reference_impl.models.insteval import (
     CROSSES,
     insteval_columns,
     insteval_model,
@@ -58,20 +58,20 @@ from ..models.insteval import (
     train_test_split,
     train_validation_split,
 )
-from ..models.strategies import mirrored_rank, ps_rank
-from ..models.wide_deep import WideDeep, WideDeepConfig, auc, build, early_stopping, fit
-from ..ps import (
+from reference_impl.models.strategies import mirrored_rank, ps_rank
+from reference_impl.models.wide_deep import WideDeep, WideDeepConfig, auc, build, early_stopping, fit
+from reference_impl.ps import (
     SGD,
     ClusterSpec,
     ShardedSparseTable,
     sparse_table_pull,
     sparse_table_push,
 )
-from ..models.hashed_logreg import HashedLogReg
-from ..ps.consistency import simulate
-from ..ps.embedding import embedding_lookup, embedding_lookup_grad
-from ..ps.hashing import uniform_from_ids
-from ..ps.training import loss_and_grads, model_spec, run_ps_rank
+from reference_impl.models.hashed_logreg import HashedLogReg
+from reference_impl.ps.consistency import simulate
+from reference_impl.ps.embedding import embedding_lookup, embedding_lookup_grad
+from reference_impl.ps.hashing import uniform_from_ids
+from reference_impl.ps.training import loss_and_grads, model_spec, run_ps_rank
 from .harness import bench_parser, write_json
 from .machine import machine_info
 

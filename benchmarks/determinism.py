@@ -1,6 +1,6 @@
 """Measured evidence for the determinism page: how far apart "the same" training runs end up.
 
-``python -m reference_impl.bench determinism`` trains the same MLP on the same seeded data
+``python -m benchmarks determinism`` trains the same MLP on the same seeded data
 and batches, for ``--steps`` steps, in pairs of configurations that differ in one thing,
 and records ``max |w_a - w_b|`` over all weights after every step:
 
@@ -33,9 +33,9 @@ BUCKET_BYTES = 4000
 
 def trajectories(steps: int) -> tuple[dict[str, list[list[np.ndarray]]], dict[str, float]]:
     """Parameters after every step, for each configuration the pairs compare, and rank 0's last loss."""
-    from ..comm import run_threads
-    from ..train.data_parallel import train
-    from ..train.determinism import stale_sgd
+    from reference_impl.comm import run_threads
+    from reference_impl.train.data_parallel import train
+    from reference_impl.train.determinism import stale_sgd
 
     losses: dict[str, float] = {}
 
@@ -72,9 +72,9 @@ PAIRS = {
 
 def arrival_order_runs(n_sums: int) -> dict[str, Any]:
     """Distinct bit patterns among ``n_sums`` arrival-order sums of 8 ranks' gradients."""
-    from ..train.data import batch_indices, shard, synthetic_classification
-    from ..train.determinism import arrival_order_sum, max_abs_diff, sum_in_order
-    from ..train.mlp import init_mlp, loss_and_grads
+    from reference_impl.train.data import batch_indices, shard, synthetic_classification
+    from reference_impl.train.determinism import arrival_order_sum, max_abs_diff, sum_in_order
+    from reference_impl.train.mlp import init_mlp, loss_and_grads
 
     ranks = 8
     x, y = synthetic_classification(512, WIDTHS[0], WIDTHS[-1], seed=0)
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.steps < 1 or args.sums < 1:
         parser.error("need --steps >= 1 and --sums >= 1")
-    from ..train.determinism import max_abs_diff
+    from reference_impl.train.determinism import max_abs_diff
 
     runs, losses = trajectories(args.steps)
     results = []

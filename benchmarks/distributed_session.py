@@ -1,6 +1,6 @@
 """What a distributed step costs, and what the master's plan cache saves.
 
-``python -m reference_impl.bench distributed_session`` builds one in-graph-replicated SGD step
+``python -m benchmarks distributed_session`` builds one in-graph-replicated SGD step
 (a two-layer MLP, its weights on ``/job:ps/task:0``, a tower per worker on half the batch, the
 towers' gradients averaged on the ps) and times, interleaved repeat by repeat in one process:
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ..comm import Communicator
+from reference_impl.comm import Communicator
 from .harness import bench_parser, write_json
 from .machine import machine_info
 

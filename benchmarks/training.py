@@ -1,6 +1,6 @@
 """Training at scale, measured: initialisation, warm-up, mixed precision, hyper-parameter search.
 
-``python -m reference_impl.bench training`` runs four experiments and writes one JSON file:
+``python -m benchmarks training`` runs four experiments and writes one JSON file:
 
 * ``init_depth``: the standard deviation of the activations after each of 50 layers (width
   256, no bias, batch 512 of unit-variance inputs) under each initialiser, for tanh and ReLU;

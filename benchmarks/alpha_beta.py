@@ -1,6 +1,6 @@
 """Benchmark: fit α, β, γ on this machine, then check the fitted model against ring allreduce.
 
-``python -m reference_impl.bench alpha_beta`` runs three measurements:
+``python -m benchmarks alpha_beta`` runs three measurements:
 
 1. **ping-pong** on 2 MPI ranks (``mpiexec -n 2``), message sizes from 8 B to 64 MiB: the
    one-way time is half the median round trip (``calibrate.pingpong``);
@@ -37,8 +37,8 @@ def run_pingpong(byte_sizes: list[int], reduction_sizes: list[int], warmup: int)
     import numpy as np
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator
-    from ..comm.calibrate import pingpong, reduction_time
+    from reference_impl.comm import MPICommunicator
+    from reference_impl.comm.calibrate import pingpong, reduction_time
 
     comm = MPICommunicator()
     if comm.rank == 0:
@@ -62,7 +62,7 @@ def run_allreduce(byte_sizes: list[int], warmup: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator, allreduce
+    from reference_impl.comm import MPICommunicator, allreduce
 
     world = MPI.COMM_WORLD
     comm = MPICommunicator(world)
@@ -85,7 +85,7 @@ def run_allreduce(byte_sizes: list[int], warmup: int) -> None:
 
 def fit(pingpong_rows: list[dict], reduction_rows: list[dict]) -> dict[str, float]:
     """α, β from the ping-pong rows and γ from the reduction rows, with the fit's quality."""
-    from ..comm.cost_model import fit_alpha_beta, fit_gamma
+    from reference_impl.comm.cost_model import fit_alpha_beta, fit_gamma
 
     link = fit_alpha_beta([r["bytes"] for r in pingpong_rows], [r["time_s"] for r in pingpong_rows])
     gamma = fit_gamma([r["bytes"] for r in reduction_rows], [r["time_s"] for r in reduction_rows])
@@ -105,7 +105,7 @@ def fit(pingpong_rows: list[dict], reduction_rows: list[dict]) -> dict[str, floa
 
 def predict(rows: list[dict], params: dict[str, float]) -> list[dict]:
     """Measured allreduce rows, each with the ring's predicted time (with and without γ)."""
-    from ..comm.cost_model import LinkParams, ring_allreduce_time
+    from reference_impl.comm.cost_model import LinkParams, ring_allreduce_time
 
     link = LinkParams(params["alpha_s"], params["beta_s_per_byte"], params["gamma_s_per_byte"])
     no_gamma = LinkParams(params["alpha_s"], params["beta_s_per_byte"])
@@ -170,13 +170,13 @@ def main(argv: list[str] | None = None) -> int:
                 progress.update(1)
 
         progress.set_postfix(step="ping-pong")
-        mpi_job(2, ["-m", "reference_impl.bench.alpha_beta", "--worker", "pingpong",
+        mpi_job(2, ["-m", "benchmarks.alpha_beta", "--worker", "pingpong",
                     "--sizes", ",".join(map(str, pp_sizes)),
                     "--reduction-sizes", ",".join(map(str, red_sizes)),
                     "--warmup", str(args.warmup)], on_record, args.timeout)
         for ranks in rank_counts:
             progress.set_postfix(step=f"allreduce, {ranks} ranks")
-            mpi_job(ranks, ["-m", "reference_impl.bench.alpha_beta", "--worker", "allreduce",
+            mpi_job(ranks, ["-m", "benchmarks.alpha_beta", "--worker", "allreduce",
                             "--sizes", ",".join(map(str, ar_sizes)), "--warmup", str(args.warmup)],
                     on_record, args.timeout)
 

@@ -1,6 +1,6 @@
 """Benchmark: every allreduce algorithm of ours against the MPI library's, 8 B to 256 MiB.
 
-``python -m reference_impl.bench collectives`` runs, per rank count:
+``python -m benchmarks collectives`` runs, per rank count:
 
 1. one ``mpiexec`` job timing all our algorithms (``ring``, ``recursive_doubling``,
    ``rabenseifner``, ``tree`` and ``auto``) and the library's default ``MPI_Allreduce``
@@ -37,7 +37,7 @@ def run_rank(byte_sizes: list[int], impl_names: list[str], warmup: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator, allreduce
+    from reference_impl.comm import MPICommunicator, allreduce
 
     world = MPI.COMM_WORLD
     comm = MPICommunicator(world)
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                     results.append(record)
                     progress.update(1)
 
-                argv = ["-m", "reference_impl.bench.collectives", "--worker", "--impls", ",".join(impls),
+                argv = ["-m", "benchmarks.collectives", "--worker", "--impls", ",".join(impls),
                         "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(args.warmup)]
                 mpi_job(ranks, argv, on_record, args.timeout, env=env)
 

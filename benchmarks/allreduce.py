@@ -1,6 +1,6 @@
 """Benchmark: our ring allreduce against the MPI library's own ``Allreduce``, same run.
 
-``python -m reference_impl.bench allreduce`` launches ``mpiexec`` once per rank count. In
+``python -m benchmarks allreduce`` launches ``mpiexec`` once per rank count. In
 each job every message size is timed for both implementations, interleaved repeat by
 repeat so both see the same machine state: a barrier, then the call; a repeat's time is
 the slowest rank's; the reported time is the median over repeats after warm-up calls.
@@ -37,7 +37,7 @@ def run_rank(byte_sizes: list[int], warmup: int) -> None:
     import numpy as np
     from mpi4py import MPI
 
-    from ..comm import MPICommunicator, allreduce
+    from reference_impl.comm import MPICommunicator, allreduce
 
     world = MPI.COMM_WORLD
     comm = MPICommunicator(world)
@@ -86,7 +86,7 @@ def _launch(ranks: int, byte_sizes: list[int], warmup: int, timeout: float, prog
             results.append(record)
             progress.update(1)
 
-    argv = ["-m", "reference_impl.bench.allreduce", "--worker",
+    argv = ["-m", "benchmarks.allreduce", "--worker",
             "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(warmup)]
     mpi_job(ranks, argv, on_record, timeout)
     return results, meta["mpi_library"]

@@ -1,6 +1,6 @@
 """Measured figures for the "How grading works" page: what grading costs on top of a notebook.
 
-``python -m reference_impl.bench grading`` measures two things, both with the solution
+``python -m benchmarks grading`` measures two things, both with the solution
 notebooks of the course (every test passes, so every cell runs to the end):
 
 * **overhead per notebook**: for each assignment, the time to execute its notebook alone
@@ -35,7 +35,7 @@ from typing import Any
 from .harness import bench_parser, write_json
 from .machine import machine_info
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # benchmarks/ -> the repository
 
 
 def course_notebooks() -> list[tuple[str, Path]]:

@@ -1,6 +1,6 @@
 """Benchmark (simulated): ring allreduce time on each interconnect profile, from 4 KiB to 1 GiB.
 
-``python -m reference_impl.bench interconnects`` needs no network: it asks what the same
+``python -m benchmarks interconnects`` needs no network: it asks what the same
 gradient allreduce would cost on 10/25/100 Gb Ethernet (TCP), RoCE and InfiniBand HDR/NDR
 (the profiles of ``comm/simnet.py``), in two ways that must agree:
 
@@ -39,8 +39,8 @@ def simulated_ring_time(profile: str, ranks: int, n_bytes: int) -> tuple[float, 
     """
     import numpy as np
 
-    from ..comm import allreduce, run_threads
-    from ..comm.simnet import SimulatedNetwork
+    from reference_impl.comm import allreduce, run_threads
+    from reference_impl.comm.simnet import SimulatedNetwork
 
     count = n_bytes // 4
 
@@ -56,8 +56,8 @@ def simulated_ring_time(profile: str, ranks: int, n_bytes: int) -> tuple[float, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..comm.cost_model import ring_allreduce_time
-    from ..comm.simnet import INTERCONNECTS
+    from reference_impl.comm.cost_model import ring_allreduce_time
+    from reference_impl.comm.simnet import INTERCONNECTS
 
     parser = bench_parser("interconnects", __doc__)
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)

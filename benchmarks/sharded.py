@@ -1,6 +1,6 @@
 """ZeRO stages 1-3 against plain data parallelism: memory, step time and bytes per rank, measured.
 
-``python -m reference_impl.bench sharded`` writes ``bench-results/sharded.json`` (with
+``python -m benchmarks sharded`` writes ``bench-results/sharded.json`` (with
 ``--publish``, the site's ``docs/assets/bench/sharded.json``; ``--only SECTION`` runs one
 section and replaces it in that file) with these sections:
 
@@ -58,7 +58,7 @@ BYTES_RANKS = (1, 2, 3, 4)
 
 
 def _configs():
-    from ..parallel import transformer as tf
+    from reference_impl.parallel import transformer as tf
 
     memory = tf.GPTConfig(vocab_size=96, block_size=16, n_layer=4, n_head=2, n_embd=62)
     timed = tf.GPTConfig(vocab_size=96, block_size=TIME_SEQ, n_layer=4, n_head=4, n_embd=128)
@@ -88,9 +88,9 @@ def memory_rows(world: Any, config: Any = None, batch: int = MEMORY_BATCH, seq: 
     """
     import numpy as np
 
-    from ..comm import MPICommunicator
-    from ..parallel import transformer as tf
-    from ..parallel import zero
+    from reference_impl.comm import MPICommunicator
+    from reference_impl.parallel import transformer as tf
+    from reference_impl.parallel import zero
 
     config = config or _configs()[0]
     zero.global_batch(0, 1, seq)  # the corpus is built and cached before anything is traced
@@ -160,7 +160,7 @@ def memory_section(timeout: float) -> dict[str, Any]:
         else:
             rows.append(record)
 
-    mpi_job(max(MEMORY_RANKS), ["-m", "reference_impl.bench.sharded", "--worker", "memory"], on_record, timeout,
+    mpi_job(max(MEMORY_RANKS), ["-m", "benchmarks.sharded", "--worker", "memory"], on_record, timeout,
             env=ONE_THREAD)
     return {"config": memory.__dict__, "batch_per_rank": MEMORY_BATCH, "seq": MEMORY_SEQ, "dtype": "float32",
             "processes": max(MEMORY_RANKS), "mpi_library": library[0], "results": summarise_memory(rows)}
@@ -171,7 +171,7 @@ def memory_section(timeout: float) -> dict[str, Any]:
 
 def link_profile(name: str) -> Any:
     """A ``comm.simnet`` profile by name; ``"1GbE"`` is its 10GbE profile at 1 Gb/s."""
-    from ..comm.simnet import INTERCONNECTS, Interconnect
+    from reference_impl.comm.simnet import INTERCONNECTS, Interconnect
 
     if name == "1GbE":
         ten = INTERCONNECTS["10GbE"]
@@ -192,9 +192,9 @@ def interleaved_step_times(comm: Any, config: Any, runs: tuple, nets: dict[str, 
     """
     import numpy as np
 
-    from ..comm import SimulatedNetwork
-    from ..parallel import transformer as tf
-    from ..parallel import zero
+    from reference_impl.comm import SimulatedNetwork
+    from reference_impl.parallel import transformer as tf
+    from reference_impl.parallel import zero
 
     keys = [(net, stage, prefetch) for net in nets for stage, prefetch in runs]
     with ExitStack() as stack:
@@ -233,7 +233,7 @@ def _time_worker(transport: str, ranks: int, repeats: int, warmup: int) -> None:
     if transport == "mpi":
         from mpi4py import MPI
 
-        from ..comm import MPICommunicator
+        from reference_impl.comm import MPICommunicator
 
         world = MPI.COMM_WORLD
         mine = interleaved_step_times(MPICommunicator(world), config, RUNS, nets, repeats, warmup)
@@ -242,7 +242,7 @@ def _time_worker(transport: str, ranks: int, repeats: int, warmup: int) -> None:
             return
         emit({"mpi_library": MPI.Get_library_version().splitlines()[0].strip()})
     else:
-        from ..comm import run_threads
+        from reference_impl.comm import run_threads
 
         gathered = run_threads(ranks, interleaved_step_times, config, RUNS, nets, repeats, warmup, timeout=300)
     for (net, stage, prefetch), ts in _slowest(gathered).items():
@@ -266,7 +266,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def time_section(repeats: int, warmup: int, ranks: tuple[int, ...], timeout: float) -> dict[str, Any]:
-    from ..parallel import zero
+    from reference_impl.parallel import zero
 
     _, config = _configs()
     rows: list[dict[str, Any]] = []
@@ -281,7 +281,7 @@ def time_section(repeats: int, warmup: int, ranks: tuple[int, ...], timeout: flo
                 print(f"  time {record['transport']:>7} {record['ranks']} ranks {record['net']:>13} "
                       f"{record['run']:>18}: {1e3 * record['median_s']:.1f} ms", flush=True)
 
-    argv = ["-m", "reference_impl.bench.sharded", "--worker", "time", "--repeats", str(repeats),
+    argv = ["-m", "benchmarks.sharded", "--worker", "time", "--repeats", str(repeats),
             "--warmup", str(warmup)]
     for n in ranks:  # MPI jobs and thread jobs alternate, so a busy spell of the machine hits both
         mpi_job(n, [*argv, "--transport", "mpi"], on_record, timeout, env=ONE_THREAD)
@@ -317,9 +317,9 @@ def bytes_section(ranks: tuple[int, ...] = BYTES_RANKS, steps: int = 2) -> dict[
     """Bytes one rank sends per step (``CountingCommunicator``) against ``comm_elements``, exact."""
     import numpy as np
 
-    from ..comm import CountingCommunicator, run_threads
-    from ..parallel import transformer as tf
-    from ..parallel import zero
+    from reference_impl.comm import CountingCommunicator, run_threads
+    from reference_impl.parallel import transformer as tf
+    from reference_impl.parallel import zero
 
     out: dict[str, Any] = {"steps": steps, "itemsize": 4, "models": {}}
     for label, config, batch, seq in (("memory", _configs()[0], MEMORY_BATCH, MEMORY_SEQ),
@@ -357,7 +357,7 @@ PRECISIONS = ("fp32", "bf16", "fp16", "fp8")
 def precision_available() -> bool:
     """Whether ``parallel.low_precision`` (bf16/fp16) and ``parallel.fp8`` can give the loss curves."""
     try:
-        from ..parallel import fp8, low_precision
+        from reference_impl.parallel import fp8, low_precision
     except ImportError:
         return False
     return callable(getattr(low_precision, "train", None)) and hasattr(fp8, "FP8Context")
@@ -366,7 +366,7 @@ def precision_available() -> bool:
 def precision_section(steps: int) -> dict[str, Any]:
     """Loss curves of the same model, batches and initialisation in fp32, bf16, fp16 (dynamic loss
     scaling) and fp8 (E4M3/E5M2 with delayed scaling, bf16 elsewhere), by ``low_precision.train``."""
-    from ..parallel import fp8, low_precision
+    from reference_impl.parallel import fp8, low_precision
 
     runs = {}
     for name in PRECISIONS:

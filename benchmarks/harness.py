@@ -94,7 +94,7 @@ def mpi_job(
     ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole) and
     ``RuntimeError`` if it fails.
     """
-    from ..comm.mpi import mpiexec_command
+    from reference_impl.comm.mpi import mpiexec_command
 
     cmd = (command or mpiexec_command)(ranks, *argv)
     proc = subprocess.Popen(
@@ -132,7 +132,7 @@ BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"
 
 
 def restart_with_blas_threads(benchmark: str, argv: list[str], threads: int = 1) -> None:
-    """Re-run ``python -m reference_impl.bench BENCHMARK ARGV`` with BLAS on ``threads`` threads.
+    """Re-run ``python -m benchmarks BENCHMARK ARGV`` with BLAS on ``threads`` threads.
 
     Returns at once if the environment already says so (the restarted process, or a test
     that sets the variables to run ``main`` in-process); otherwise replaces this process.
@@ -141,12 +141,12 @@ def restart_with_blas_threads(benchmark: str, argv: list[str], threads: int = 1)
     if all(os.environ.get(v) == want for v in BLAS_THREAD_VARS):
         return
     env = {**os.environ, **{v: want for v in BLAS_THREAD_VARS}}
-    os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", benchmark, *argv], env)
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks", benchmark, *argv], env)
 
 
-# The checkout this package lives in (reference_impl/bench/harness.py -> the repository root):
+# The checkout this package lives in (benchmarks/harness.py -> the repository root):
 # --publish writes the site's data there, wherever the command is run from.
-CHECKOUT = Path(__file__).resolve().parents[2]
+CHECKOUT = Path(__file__).resolve().parents[1]  # benchmarks/ -> the repository
 SITE_BENCH_DIR = CHECKOUT / "docs" / "assets" / "bench"
 # A plain run writes here, relative to the current directory, so it never replaces the site's data.
 RESULTS_DIR = Path("bench-results")
@@ -195,14 +195,14 @@ class BenchParser(argparse.ArgumentParser):
 
 
 def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
-    """``python -m reference_impl.bench NAME``'s parser: its docstring's first line as the
+    """``python -m benchmarks NAME``'s parser: its docstring's first line as the
     description, ``--out PATH`` and ``--publish`` (mutually exclusive). The parsed ``out`` is
     ``--out`` if given, ``docs/assets/bench/NAME.json`` of this checkout (where the site reads
     it) under ``--publish``, and otherwise ``bench-results/NAME.json`` in the current directory,
     so a quick run never replaces the site's data."""
     results, site = results_json(name), site_json(name)
     parser = BenchParser(
-        name, prog=f"python -m reference_impl.bench {name}", description=doc.splitlines()[0],
+        name, prog=f"python -m benchmarks {name}", description=doc.splitlines()[0],
         formatter_class=_PathFriendlyFormatter,
         epilog=f"Results go to {results} (relative to the current directory) unless --out or --publish "
                f"says otherwise; only --publish (as `make bench` runs it) replaces the site's data, {site}.",

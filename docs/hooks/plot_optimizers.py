@@ -1,12 +1,12 @@
-"""Figures of ``optimisers.json`` (``python -m reference_impl.bench optimisers``).
+"""Figures of ``optimizers.json`` (``python -m benchmarks optimizers``).
 
-* ``optimisers-curves.svg``: the training loss of the digits MLP against the step for each
+* ``optimizers-curves.svg``: the training loss of the digits MLP against the step for each
   optimiser at its own best learning rate (left), and the validation loss at every rate of
   the grid (right: how wide each optimiser's good range is);
-* ``optimisers-cost.svg``: optimiser state and peak update memory in bytes per parameter
+* ``optimizers-cost.svg``: optimiser state and peak update memory in bytes per parameter
   (left), and the time of one update relative to plain SGD (right).
 
-The ``<!-- bench:optimisers:summary -->`` marker becomes a table of the measured numbers.
+The ``<!-- bench:optimizers:summary -->`` marker becomes a table of the measured numbers.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from plotkit import bad, machine_line, svg
 
-NAME = "optimisers"
+NAME = "optimizers"
 SMOOTH = 25  # steps in the moving average of the mini-batch loss
 
 

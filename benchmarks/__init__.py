@@ -1,0 +1,1 @@
+"""Measured figures for the site: ``python -m benchmarks NAME`` writes JSON with machine info."""

@@ -101,6 +101,18 @@ class GradientBucketer:
         pass
 '''
 
+# 18: a stage-3 schedule that never re-gathers: each layer stays gathered from its forward to its
+# backward (right gradients, ZeRO-2's memory: every layer at once, and one all-gather per layer less).
+KEEP_GATHERED = '''
+def fsdp_schedule(n_layers, prefetch=True):
+    ops = []
+    for i in range(n_layers):
+        ops += [("gather", i), ("forward", i)]  # kept gathered until its backward
+    for i in reversed(range(n_layers)):
+        ops += [("backward", i), ("free", i), ("reduce_scatter", i)]
+    return ops
+'''
+
 
 # --------------------------------------------------------------------------- the table
 
@@ -258,6 +270,20 @@ _TABLE = [
         # the bucket taken with the signed modulo (h % m on int64: in range, but not the lab's bucket)
         wrong={"signed_mod": (("buckets", replacing("(h.view(np.uint64) % np.uint64(num_buckets)).astype(np.int64)",
                                                     "h % num_buckets")),)},
+    ),
+    Exercise(
+        "17_zero_stage2", "zero_stage2.ipynb", ("shard_bounds", "reduce_scatter_mean", "Zero2Adam"),
+        max_score=18.0, tests=9, hidden=6, concept_page="concepts/model-parallelism.md",
+        secrets=("mine /= comm.size", "_ref_train", "self.params[...] = full[:self.params.size]"),
+        # the reduce-scattered gradient left as the sum over ranks (Adam nearly hides it: only eps sees the scale)
+        wrong={"no_average": (("reduce_scatter_mean", replacing("    mine /= comm.size\n", "")),)},
+    ),
+    Exercise(
+        "18_fsdp_schedule", "fsdp_schedule.ipynb", ("fsdp_schedule", "fsdp_step"),
+        max_score=16.0, tests=7, hidden=4, concept_page="concepts/model-parallelism.md",
+        secrets=("computations[k + 1][1]", "_ref_compute_order", "class _Watched"),
+        # every layer kept gathered from its forward to its backward (no re-gather, no prefetch)
+        wrong={"keep_gathered": (("fsdp_schedule", KEEP_GATHERED),)},
     ),
 ]
 

@@ -215,3 +215,34 @@ def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
                        help=f"write the site's data, {site}, which the site plots (default: off; "
                             f"cannot be combined with --out)")
     return parser
+
+
+# ----------------------------------------------------------------- benchmarks in sections
+
+
+def add_sections_argument(parser: argparse.ArgumentParser, sections: tuple[str, ...]) -> None:
+    """``--only SECTION`` (repeatable): run only those parts of a benchmark with several."""
+    parser.add_argument("--only", choices=sections, action="append",
+                        help="run only this part (repeatable) and replace it in the existing output file "
+                             "(--out, --publish or the default), keeping the other parts; its machine goes "
+                             "under 'section_machines'")
+
+
+def sections_to_run(parser: argparse.ArgumentParser, args: argparse.Namespace, sections: tuple[str, ...]) -> set[str]:
+    """The parts this run measures; ``--only`` needs the file whose parts it replaces."""
+    if args.only and not args.out.exists():
+        parser.error(f"--only replaces parts of an existing file, and {args.out} does not exist")
+    return set(args.only or sections)
+
+
+def sectioned_document(args: argparse.Namespace, benchmark: str, parts: dict[str, Any], machine: dict[str, Any],
+                       settings: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document: a whole new one, or with ``--only`` the existing file with ``parts``
+    replaced and the machine they ran on recorded under ``section_machines``."""
+    if not args.only:
+        return {"benchmark": benchmark, "machine": machine, "settings": settings, **parts}
+    document = json.loads(args.out.read_text(encoding="utf-8"))
+    document.update(parts)
+    document.setdefault("section_machines", {}).update({k: machine for k in parts})
+    return document
+

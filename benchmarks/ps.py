@@ -37,7 +37,6 @@
 """
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -72,7 +71,7 @@ from reference_impl.ps.consistency import simulate
 from reference_impl.ps.embedding import embedding_lookup, embedding_lookup_grad
 from reference_impl.ps.hashing import uniform_from_ids
 from reference_impl.ps.training import loss_and_grads, model_spec, run_ps_rank
-from .harness import bench_parser, write_json
+from .harness import add_sections_argument, bench_parser, sectioned_document, sections_to_run, write_json
 from .machine import machine_info
 
 
@@ -461,15 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser("ps", __doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not for the site)")
-    parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="run only this part (repeatable) and replace it in the existing output file "
-                             "(--out, --publish or the default), "
-                             "keeping the other parts; its machine goes under 'section_machines'")
+    add_sections_argument(parser, SECTIONS)
     args = parser.parse_args(argv)
     q = args.quick
-    run = set(args.only or SECTIONS)
-    if args.only and not args.out.exists():
-        parser.error(f"--only replaces parts of an existing file, and {args.out} does not exist")
+    run = sections_to_run(parser, args, SECTIONS)
     parts: dict[str, Any] = {}
     if "throughput" in run:
         print("throughput ...", flush=True)
@@ -488,12 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         print("wide & deep ...", flush=True)
         parts["wide_deep"] = wide_deep(q)
     machine = machine_info(mpi_library="not used (thread ranks)")
-    if args.only:
-        document = json.loads(args.out.read_text(encoding="utf-8"))
-        document.update(parts)
-        document.setdefault("section_machines", {}).update({k: machine for k in parts})
-    else:
-        document = {"benchmark": "ps", "machine": machine, "settings": {"quick": q}, **parts}
+    document = sectioned_document(args, "ps", parts, machine, {"quick": q})
     write_json(args.out, document)
     print(f"wrote {args.out}")
     for t in parts.get("throughput", []):

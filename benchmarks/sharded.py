@@ -38,7 +38,8 @@ import tracemalloc
 from contextlib import ExitStack
 from typing import Any, Iterator
 
-from .harness import bench_parser, emit, mpi_job, write_json
+from .harness import (add_sections_argument, bench_parser, emit, mpi_job, sectioned_document, sections_to_run,
+                      write_json)
 from .machine import machine_info
 
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -389,10 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser("sharded", __doc__)
     parser.add_argument("--quick", action="store_true", help="few repeats (a smoke run, not for the site)")
-    parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="run only this section (repeatable) and replace it in the existing output file "
-                             "(--out, --publish or the default), keeping the others; its machine goes under "
-                             "'section_machines'")
+    add_sections_argument(parser, SECTIONS)
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per configuration (default 20; "
                                                                   "5 with --quick)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per job")
@@ -410,9 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         _time_worker(args.transport, args.ranks, repeats, warmup)
         return 0
 
-    run = set(args.only or SECTIONS)
-    if args.only and not args.out.exists():
-        parser.error(f"--only replaces parts of an existing file, and {args.out} does not exist")
+    run = sections_to_run(parser, args, SECTIONS)
     parts: dict[str, Any] = {}
     library = "not used (thread ranks)"
     t0 = time.perf_counter()
@@ -434,12 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.only:
             parser.error("--only precision: reference_impl.parallel.low_precision (with train) and fp8 are not there")
     machine = machine_info(mpi_library=library)
-    if args.only:
-        document = json.loads(args.out.read_text(encoding="utf-8"))
-        document.update(parts)
-        document.setdefault("section_machines", {}).update({k: machine for k in parts})
-    else:
-        document = {"benchmark": "sharded", "machine": machine, "settings": {"quick": args.quick}, **parts}
+    document = sectioned_document(args, "sharded", parts, machine, {"quick": args.quick})
     write_json(args.out, document)
     print(f"wrote {args.out} in {time.perf_counter() - t0:.0f} s")
     report(document)

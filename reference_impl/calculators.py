@@ -17,6 +17,11 @@ pages, so the interconnect profiles and byte counts come from here, and a browse
   float32 or in mixed precision (float16 compute, float32 master weights and state), the
   accounting of Rajbhandari et al., "ZeRO: Memory optimizations toward training trillion
   parameter models" (SC 2020), section 3.1.
+* ``sharded_memory``: bytes per rank of parameters, gradients, optimiser state and
+  activations of a GPT-shaped transformer under plain data parallelism or ZeRO stage 1, 2
+  or 3 (FSDP), and the bytes a rank sends per step. The formulas are those of
+  ``reference_impl.parallel.memory`` (``memory_breakdown``, ``activation_elements``) and
+  ``reference_impl.parallel.zero`` (``comm_elements``), called, not rewritten.
 """
 from __future__ import annotations
 
@@ -26,6 +31,9 @@ from pathlib import Path
 
 from reference_impl.comm.cost_model import ALLREDUCE_TIME, LinkParams, allreduce_time, ring_allreduce_time
 from reference_impl.comm.simnet import INTERCONNECTS, interconnect
+from reference_impl.parallel import memory as parallel_memory
+from reference_impl.parallel import transformer as parallel_transformer
+from reference_impl.parallel import zero as parallel_zero
 
 PRECISIONS = ("fp32", "mixed")
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}  # float32 values of state per parameter
@@ -160,6 +168,79 @@ def training_memory(parameters: float, precision: str = "mixed", optimizer: str 
     )
 
 
+@dataclass(frozen=True)
+class ShardedMemory:
+    """Bytes per rank of a sharded data-parallel step, and the bytes one rank sends per step.
+
+    ``total`` sums the four parts (model states plus activations); temporaries, the layer a
+    stage holds gathered or packed, and the allocator's fragmentation come on top.
+    ``architecture_parameters`` is the Ψ the layer sizes imply (GPT-2 layout, tied output
+    layer), to compare with the Ψ given.
+    """
+
+    parameters: float
+    gradients: float
+    optimizer_state: float
+    activations: float
+    comm_bytes_per_step: float
+    architecture_parameters: int
+
+    @property
+    def total(self) -> float:
+        return self.parameters + self.gradients + self.optimizer_state + self.activations
+
+
+def _count(name: str, value, minimum: int = 1) -> int:
+    """A count: an integer (``7.0`` is accepted, ``7.5`` is not) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def sharded_memory(parameters: float, layers: int, hidden: int, heads: int, seq: int, batch: int,
+                   vocab: int = 50257, precision: str = "bf16", optimizer: str = "adam", stage: int = 0,
+                   ranks: int = 1, recompute: bool = False) -> ShardedMemory:
+    """Memory per rank and communication per step of training a transformer with ZeRO ``stage``.
+
+    ``parameters`` is Ψ. ``layers``, ``hidden`` (C), ``heads``, ``seq`` (T), ``batch`` (the
+    micro-batch per rank) and ``vocab`` describe the GPT-2-shaped model whose activations
+    ``parallel.memory.activation_elements`` counts: per block ``16 N C + 2 N + B heads T²``
+    values (``N = B T``), or its input ``N C`` alone with ``recompute``, plus the head's.
+    ``precision``: ``fp32``, or ``bf16``/``fp16`` (16-bit parameters, gradients and
+    activations; float32 master weights and optimiser state). ``stage`` 0 is plain data
+    parallelism; 1, 2, 3 shard the optimiser state, then the gradients, then the parameters
+    over ``ranks``.
+
+    The model-state bytes are ``memory_breakdown``'s bytes per parameter (it is linear in
+    Ψ) times ``parameters``; the bytes sent per step are ``comm_elements``' values per padded
+    parameter, ``2 (N-1)/N`` (stages 0-2) or ``3 (N-1)/N`` (stage 3), times Ψ, at the
+    gradients' bytes per value.
+    """
+    if precision not in parallel_memory.PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(parallel_memory.PRECISIONS)}, got {precision!r}")
+    if optimizer not in parallel_memory.OPTIMIZER_SLOTS:
+        raise ValueError(f"optimizer must be one of {tuple(parallel_memory.OPTIMIZER_SLOTS)}, got {optimizer!r}")
+    if stage not in parallel_zero.STAGES:
+        raise ValueError(f"stage must be one of {parallel_zero.STAGES} (0: plain data parallelism), got {stage!r}")
+    _positive("parameters", parameters, 0)
+    layers, hidden, heads = _count("layers", layers), _count("hidden", hidden), _count("heads", heads)
+    seq, batch, vocab, ranks = _count("seq", seq), _count("batch", batch), _count("vocab", vocab), _count("ranks", ranks)
+    if hidden % heads:
+        raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
+    config = parallel_transformer.GPTConfig(vocab_size=vocab, block_size=seq, n_layer=layers, n_head=heads,
+                                            n_embd=hidden)
+    arch = parallel_transformer.n_params(config)
+    b = parallel_memory.memory_breakdown(config, optimizer, precision, batch, seq, stage=stage, ranks=ranks,
+                                         recompute=recompute)
+    per_param = float(parameters) / arch  # memory_breakdown is linear in Ψ
+    grad_bytes = parallel_memory.PRECISIONS[precision][1]
+    sent_per_value = parallel_zero.comm_elements(config, stage, ranks) / parallel_zero.padded_params(config, ranks)
+    return ShardedMemory(parameters=b.parameters * per_param, gradients=b.gradients * per_param,
+                         optimizer_state=b.optimizer_state * per_param, activations=b.activations,
+                         comm_bytes_per_step=grad_bytes * sent_per_value * float(parameters),
+                         architecture_parameters=arch)
+
+
 MEASURED_PROFILE = "measured on this machine"
 
 
@@ -199,4 +280,9 @@ def calculator_constants(alpha_beta_json: str | Path | None = None) -> dict:
         "algorithms": list(ALLREDUCE_TIME),
         "optimizer_slots": dict(OPTIMIZER_SLOTS),
         "precisions": list(PRECISIONS),
+        # the sharded-memory calculator: parallel.memory's bytes per parameter, (compute copy,
+        # gradient, float32 master copy), its optimiser slots, and the ZeRO stages
+        "sharded_precisions": {name: list(b) for name, b in parallel_memory.PRECISIONS.items()},
+        "sharded_optimizer_slots": dict(parallel_memory.OPTIMIZER_SLOTS),
+        "zero_stages": [str(s) for s in parallel_zero.STAGES],
     }

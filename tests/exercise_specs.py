@@ -273,14 +273,14 @@ _TABLE = [
     ),
     Exercise(
         "17_zero_stage2", "zero_stage2.ipynb", ("shard_bounds", "reduce_scatter_mean", "Zero2Adam"),
-        max_score=18.0, tests=9, hidden=6, concept_page="concepts/model-parallelism.md",
+        max_score=18.0, tests=9, hidden=6, concept_page="concepts/zero-and-fsdp.md",
         secrets=("mine /= comm.size", "_ref_train", "self.params[...] = full[:self.params.size]"),
         # the reduce-scattered gradient left as the sum over ranks (Adam nearly hides it: only eps sees the scale)
         wrong={"no_average": (("reduce_scatter_mean", replacing("    mine /= comm.size\n", "")),)},
     ),
     Exercise(
         "18_fsdp_schedule", "fsdp_schedule.ipynb", ("fsdp_schedule", "fsdp_step"),
-        max_score=16.0, tests=7, hidden=4, concept_page="concepts/model-parallelism.md",
+        max_score=16.0, tests=7, hidden=4, concept_page="concepts/zero-and-fsdp.md",
         secrets=("computations[k + 1][1]", "_ref_compute_order", "class _Watched"),
         # every layer kept gathered from its forward to its backward (no re-gather, no prefetch)
         wrong={"keep_gathered": (("fsdp_schedule", KEEP_GATHERED),)},

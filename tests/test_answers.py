@@ -27,13 +27,13 @@ from page_tools import ANSWERS, DOCS, answer_sections, rendered_markdown
 
 QUESTIONS = DOCS / "questions"
 CONCEPTS = DOCS / "concepts"
-ID = re.compile(r"\bN\d{3}-[QC]\d+\b")
+ID = re.compile(r"\bN\d{3}-[QC]\d+\b|(?<![\w.])L\d{2}\b")  # the notes' IDs and the syllabus's (L01 …)
 INCLUDE = re.compile(r'^(?P<indent> *)--8<-- "docs/answers/(?P<file>[a-z0-9-]+)\.md:(?P<section>[a-z][-a-z0-9]*)"$')
 POINTS = re.compile(r"points(-[a-z0-9]+)*")
 
 
 def question_pages() -> list[Path]:
-    return sorted(QUESTIONS.glob("n*.md"))
+    return sorted(QUESTIONS.glob("n*.md")) + sorted(QUESTIONS.glob("l*.md"))
 
 
 def answer_files() -> list[Path]:

@@ -31,6 +31,9 @@ from reference_impl.comm.communicator import run_threads
 from reference_impl.comm.cost_model import ALLREDUCE_TIME, LinkParams, best_allreduce, ring_allreduce_time
 from reference_impl.comm.ring import ring_allreduce as ring_allreduce_impl
 from reference_impl.comm.simnet import INTERCONNECTS, SimulatedNetwork
+from reference_impl.parallel import memory as parallel_memory
+from reference_impl.parallel import transformer as parallel_transformer
+from reference_impl.parallel import zero as parallel_zero
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHA_BETA = ROOT / "docs" / "assets" / "bench" / "alpha_beta.json"
@@ -99,6 +102,66 @@ def test_training_memory_follows_the_zero_accounting() -> None:
     assert calc.training_memory(psi, "fp32", "sgd").total == pytest.approx(8 * psi)
     assert calc.training_memory(0, "mixed", "sgd", 1e6).activations == 2e6
     assert calc.training_memory(0, "fp32", "sgd", 1e6).activations == 4e6
+
+
+# The ZeRO paper (Rajbhandari et al., SC'20, arXiv:1910.02054), Figure 1: Ψ = 7.5B, N_d = 64, K = 12.
+ZERO_FIGURE_1_GB = {0: 120.0, 1: 31.4, 2: 16.6, 3: 1.9}
+LLAMA_SHAPE = dict(layers=32, hidden=4096, heads=32, seq=4096, batch=1, vocab=32000)
+
+
+def _model_states(m: calc.ShardedMemory) -> float:
+    return m.parameters + m.gradients + m.optimizer_state
+
+
+def test_sharded_memory_reproduces_the_zero_paper() -> None:
+    """16 bytes per parameter for mixed-precision Adam, and Figure 1's per-device memory."""
+    for precision in ("bf16", "fp16"):
+        one = calc.sharded_memory(1e9, **LLAMA_SHAPE, precision=precision, stage=0, ranks=1)
+        assert (one.parameters, one.gradients, one.optimizer_state) == pytest.approx((2e9, 2e9, 12e9), rel=1e-12)
+    paper = parallel_memory.zero_paper_memory(7.5e9, 64)
+    for stage, gb in ZERO_FIGURE_1_GB.items():
+        m = calc.sharded_memory(7.5e9, **LLAMA_SHAPE, precision="bf16", stage=stage, ranks=64)
+        assert round(_model_states(m) / 1e9, 1) == gb
+        assert _model_states(m) == pytest.approx(list(paper.values())[stage], rel=1e-12)
+    fp32 = calc.sharded_memory(1e9, **LLAMA_SHAPE, precision="fp32", stage=0, ranks=1)
+    assert (fp32.parameters, fp32.gradients, fp32.optimizer_state) == pytest.approx((4e9, 4e9, 8e9), rel=1e-12)
+
+
+@pytest.mark.parametrize("stage", parallel_zero.STAGES)
+@pytest.mark.parametrize("ranks", [1, 3, 8])
+def test_sharded_memory_is_the_reference_accounting(stage: int, ranks: int) -> None:
+    """With Ψ the layer sizes' own count, every part is memory_breakdown's and comm_elements' own."""
+    config = parallel_transformer.GPTConfig(vocab_size=96, block_size=64, n_layer=4, n_head=4, n_embd=64)
+    psi = parallel_transformer.n_params(config)
+    for precision, recompute in (("bf16", False), ("fp32", True)):
+        m = calc.sharded_memory(psi, layers=4, hidden=64, heads=4, seq=64, batch=8, vocab=96, precision=precision,
+                                stage=stage, ranks=ranks, recompute=recompute)
+        ref = parallel_memory.memory_breakdown(config, "adam", precision, 8, 64, stage=stage, ranks=ranks,
+                                               recompute=recompute)
+        assert m.architecture_parameters == psi
+        assert (m.parameters, m.gradients, m.optimizer_state) == pytest.approx(
+            (ref.parameters, ref.gradients, ref.optimizer_state), rel=1e-12)
+        assert m.activations == ref.activations == parallel_memory.PRECISIONS[precision][0] * \
+            parallel_memory.activation_elements(config, 8, 64, recompute=recompute)
+        values = parallel_zero.comm_elements(config, stage, ranks) * psi / parallel_zero.padded_params(config, ranks)
+        assert m.comm_bytes_per_step == pytest.approx(parallel_memory.PRECISIONS[precision][1] * values, rel=1e-12)
+        assert m.comm_bytes_per_step == pytest.approx(
+            parallel_memory.PRECISIONS[precision][1] * (3 if stage == 3 else 2) * (ranks - 1) / ranks * psi, rel=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(layers=2.5), "layers must be a whole number"),
+    (dict(ranks=0), "ranks must be a whole number"),
+    (dict(heads=3), "multiple of heads"),
+    (dict(stage=4), "stage"),
+    (dict(precision="fp8"), "precision"),
+    (dict(parameters=-1), "parameters"),
+])
+def test_sharded_memory_names_a_bad_input(kwargs, words) -> None:
+    args = dict(parameters=7e9, **LLAMA_SHAPE)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=words):
+        calc.sharded_memory(**args)
 
 
 def test_measured_link_is_the_benchmark_fit(tmp_path) -> None:
@@ -218,6 +281,19 @@ def _allreduce(inputs):
             "best": best_allreduce(n, inputs["ranks"], link), **every}
 
 
+def _sharded(inputs):
+    m = calc.sharded_memory(inputs["parameters_billions"] * 1e9, inputs["layers"], inputs["hidden"], inputs["heads"],
+                            inputs["seq"], inputs["batch"], inputs["vocab"], inputs["precision"], inputs["optimizer"],
+                            int(inputs["stage"]), inputs["ranks"], inputs["recompute"] == "yes")
+    return {"parameters": m.parameters, "gradients": m.gradients, "optimizer_state": m.optimizer_state,
+            "activations": m.activations, "total": m.total, "comm_bytes_per_step": m.comm_bytes_per_step,
+            "architecture_parameters": m.architecture_parameters}
+
+
+SHARDED_DEFAULTS = {"parameters_billions": 7.5, "layers": 32, "hidden": 4096, "heads": 32, "seq": 4096, "batch": 1,
+                    "vocab": 32000, "precision": "bf16", "optimizer": "adam", "stage": "0", "ranks": 64,
+                    "recompute": "no"}
+
 CASES = [
     ("allreduce-time", _allreduce, [
         {"megabytes": 100, "ranks": 8, "interconnect": "100GbE", "algorithm": "ring"},
@@ -238,6 +314,14 @@ CASES = [
         {"parameters_millions": 1000, "precision": "mixed", "optimizer": "adam", "activations_millions": 500},
         {"parameters_millions": 7.5, "precision": "fp32", "optimizer": "momentum", "activations_millions": 0},
         {"parameters_millions": 350, "precision": "mixed", "optimizer": "sgd", "activations_millions": 12.25},
+    ]),
+    ("sharded-memory", _sharded, [
+        *({**SHARDED_DEFAULTS, "stage": str(s)} for s in parallel_zero.STAGES),
+        {**SHARDED_DEFAULTS, "parameters_billions": 7, "ranks": 8, "stage": "2", "recompute": "yes"},
+        {"parameters_billions": 0.124, "layers": 12, "hidden": 768, "heads": 12, "seq": 1024, "batch": 8,
+         "vocab": 50257, "precision": "fp32", "optimizer": "momentum", "stage": "3", "ranks": 3, "recompute": "no"},
+        {"parameters_billions": 70, "layers": 80, "hidden": 8192, "heads": 64, "seq": 2048, "batch": 2,
+         "vocab": 32000, "precision": "fp16", "optimizer": "sgd", "stage": "1", "ranks": 1, "recompute": "yes"},
     ]),
 ]
 
@@ -286,3 +370,39 @@ def test_calculator_pages_agree_with_python(server: str) -> None:
     assert not errors, f"console errors: {errors}"
     outside = [u for u in requests if urlsplit(u).scheme in ("http", "https") and urlsplit(u).hostname != "127.0.0.1"]
     assert not outside, f"the calculator pages requested resources outside 127.0.0.1: {outside}"
+
+
+def test_sharded_memory_page_shows_the_papers_figures_and_names_bad_counts(server: str) -> None:
+    """Figure 1 of the ZeRO paper as the page displays it, and a clear message for a bad count."""
+    sync_playwright = _playwright()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
+                       in ("127.0.0.1", None) else route.abort())
+            page.goto(f"{server}/calculators/sharded-memory/", wait_until="load")
+            form = page.locator('form[data-calculator="sharded-memory"]')
+            for stage, gb in ZERO_FIGURE_1_GB.items():  # the page's defaults are the paper's Ψ and N_d
+                form.locator('[name="stage"]').select_option(str(stage))
+                shown = form.evaluate(READ_OUTPUTS)
+                states = sum(float(shown[k][0]) for k in ("parameters", "gradients", "optimizer_state"))
+                assert round(states / 1e9, 1) == gb, f"stage {stage}: {states / 1e9} GB, the paper says {gb} GB"
+                assert shown["parameters"][1].endswith(" GB") or shown["parameters"][1].endswith(" MB")
+            form.locator('[name="stage"]').select_option("0")
+            one = form.evaluate(READ_OUTPUTS)
+            per_param = sum(float(one[k][0]) for k in ("parameters", "gradients", "optimizer_state")) / 7.5e9
+            assert per_param == pytest.approx(16.0, rel=1e-12), "mixed-precision Adam is 16 bytes per parameter"
+            assert one["optimizer_state"][1] == "90.0 GB" and one["total"][1].endswith(" GB")
+            for field, value, words in (("layers", "2.5", "layers must be a whole number"),
+                                        ("ranks", "0", "ranks must be a whole number"),
+                                        ("heads", "5", "multiple of the number of heads"),
+                                        ("parameters_billions", "", "parameters must be a number")):
+                form.locator(f'[name="{field}"]').fill(value)
+                text = form.locator('output[name="total"]').inner_text()
+                assert words in text, f"{field}={value!r}: the page says {text!r}"
+                form.locator(f'[name="{field}"]').fill(str(SHARDED_DEFAULTS[field]))
+                assert form.locator('output[name="total"]').get_attribute("data-value"), f"{field}: not restored"
+        finally:
+            browser.close()

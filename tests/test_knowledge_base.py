@@ -1,12 +1,14 @@
 """The knowledge base covers the notes: question bank, concept pages and exercises link up.
 
 * Every INVENTORY ID (the committed list ``docs/questions/inventory_ids.txt``, checked
-  against ``../shared/notes/INVENTORY.md`` when that file is present) has a question-bank
+  against ``../shared/notes/INVENTORY.md`` when that file is present), and every ID of the
+  large-model syllabus the bank answers (``docs/questions/syllabus_ids.txt``: L01, L02 …,
+  checked against ``../shared/notes/SYLLABUS.md`` when present), has a question-bank
   page with the ID in its heading and anchor, a topic and a level tag, a model answer (its
   text lives in ``docs/answers/``, see test_answers.py), follow-up questions and a source
   for every "numbers worth knowing" section.
 * Every Python snippet on a question-bank page runs (the "common wrong answer" evidence).
-* Every concept page names at least one INVENTORY ID and links to an existing exercise
+* Every concept page names at least one INVENTORY or syllabus ID (and no unknown one) and links to an existing exercise
   section; every exercise notebook's ``lab.concept_page`` names an existing page.
 * Every glossary entry links to a page that exists.
 
@@ -28,14 +30,32 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 QUESTIONS = DOCS / "questions"
 IDS_FILE = QUESTIONS / "inventory_ids.txt"
+SYLLABUS_IDS_FILE = QUESTIONS / "syllabus_ids.txt"
 INVENTORY = ROOT.parent / "shared" / "notes" / "INVENTORY.md"
-ID_PATTERN = re.compile(r"\bN\d{3}-[QC]\d+\b")
+SYLLABUS = ROOT.parent / "shared" / "notes" / "SYLLABUS.md"
+INVENTORY_ID = re.compile(r"\bN\d{3}-[QC]\d+\b")
+SYLLABUS_ID = re.compile(r"(?<![\w.])L\d{2}\b")  # L01 …; not an assembler label such as .L12
+ID_PATTERN = re.compile(f"{INVENTORY_ID.pattern}|{SYLLABUS_ID.pattern}")
 LEVELS = {"basic", "intermediate", "advanced"}
 
 
-def inventory_ids() -> list[str]:
-    lines = IDS_FILE.read_text(encoding="utf-8").splitlines()
+def _id_list(path: Path) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def inventory_ids() -> list[str]:
+    return _id_list(IDS_FILE)
+
+
+def syllabus_ids() -> list[str]:
+    """The large-model syllabus IDs the question bank answers (not every ID of the syllabus)."""
+    return _id_list(SYLLABUS_IDS_FILE)
+
+
+def question_pages() -> list[Path]:
+    """Question-bank entries: n000-q1.md … for the notes, l01.md … for the syllabus."""
+    return sorted(QUESTIONS.glob("n*.md")) + sorted(QUESTIONS.glob("l*.md"))
 
 
 def question_page(ident: str) -> Path:
@@ -74,7 +94,7 @@ def anchors_of(page: Path) -> set[str]:
 def test_id_list_matches_the_inventory() -> None:
     ids = inventory_ids()
     assert len(ids) == len(set(ids)), "inventory_ids.txt lists an ID twice"
-    assert all(ID_PATTERN.fullmatch(i) for i in ids), [i for i in ids if not ID_PATTERN.fullmatch(i)]
+    assert all(INVENTORY_ID.fullmatch(i) for i in ids), [i for i in ids if not INVENTORY_ID.fullmatch(i)]
     if not INVENTORY.is_file():
         pytest.skip(f"{INVENTORY} is not present (clean clone): checked the committed list only")
     text = INVENTORY.read_text(encoding="utf-8")
@@ -84,7 +104,17 @@ def test_id_list_matches_the_inventory() -> None:
     assert ids == listed, "docs/questions/inventory_ids.txt is out of date with INVENTORY.md"
 
 
-@pytest.mark.parametrize("ident", inventory_ids())
+def test_syllabus_id_list_names_syllabus_items() -> None:
+    ids = syllabus_ids()
+    assert ids and len(ids) == len(set(ids)), "syllabus_ids.txt is empty or lists an ID twice"
+    assert all(SYLLABUS_ID.fullmatch(i) for i in ids), [i for i in ids if not SYLLABUS_ID.fullmatch(i)]
+    if not SYLLABUS.is_file():
+        pytest.skip(f"{SYLLABUS} is not present (clean clone): checked the committed list only")
+    listed = re.findall(r"^- (L\d{2}) ", SYLLABUS.read_text(encoding="utf-8"), flags=re.M)
+    assert set(ids) <= set(listed), f"not in SYLLABUS.md: {sorted(set(ids) - set(listed))}"
+
+
+@pytest.mark.parametrize("ident", inventory_ids() + syllabus_ids())
 def test_every_id_has_an_answered_question_page(ident: str) -> None:
     page = question_page(ident)
     assert page.is_file(), f"{ident}: no question-bank page {page.relative_to(ROOT)}"
@@ -116,7 +146,7 @@ def test_every_id_has_an_answered_question_page(ident: str) -> None:
 
 
 def test_question_pages_cite_existing_bench_files_and_pages() -> None:
-    for page in sorted(QUESTIONS.glob("n*.md")):
+    for page in question_pages():
         text = rendered_markdown(page)
         for cited in re.findall(r"docs/assets/bench/(\w+\.json)", text):
             assert (DOCS / "assets/bench" / cited).is_file(), f"{page.name} cites a missing {cited}"
@@ -242,7 +272,7 @@ def test_cited_figures_match_the_committed_results() -> None:
 
 def test_every_snippet_in_the_question_bank_runs() -> None:
     snippets = []
-    for page in sorted(QUESTIONS.glob("n*.md")):
+    for page in question_pages():
         for block in re.findall(r"^( *)```python\n(.*?)^\1```", rendered_markdown(page), flags=re.M | re.S):
             indent, code = block
             code = "\n".join(line[len(indent):] for line in code.splitlines())
@@ -277,10 +307,11 @@ def concept_pages() -> list[Path]:
 @pytest.mark.parametrize("page", concept_pages(), ids=lambda p: p.name)
 def test_concept_page_names_an_id_and_links_an_exercise(page: Path) -> None:
     text = rendered_markdown(page)
-    known = set(inventory_ids())
+    known = set(inventory_ids()) | set(syllabus_ids())
     named = set(ID_PATTERN.findall(text))
-    assert named & known, f"{page.name} names no INVENTORY ID"
-    assert named <= known, f"{page.name} names IDs that are not in the INVENTORY: {sorted(named - known)}"
+    assert named & known, f"{page.name} names no INVENTORY or syllabus ID"
+    assert named <= known, f"{page.name} names IDs that are not in the INVENTORY or syllabus_ids.txt: " \
+                           f"{sorted(named - known)}"
     exercises = DOCS / "exercises" / "index.md"
     links = [link for link in markdown_links(text) if link.split("#")[0].endswith("exercises/index.md")]
     assert links, f"{page.name} links to no exercise (expected a link to exercises/index.md#exercise-NN-...)"

@@ -12,7 +12,8 @@ import re
 import pytest
 from conftest import ROOT
 
-PAGES = sorted((ROOT / "docs" / "concepts").glob("*.md")) + sorted((ROOT / "docs" / "questions").glob("n*.md"))
+QUESTIONS = ROOT / "docs" / "questions"
+PAGES = sorted((ROOT / "docs" / "concepts").glob("*.md")) + sorted(QUESTIONS.glob("n*.md")) + sorted(QUESTIONS.glob("l*.md"))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])

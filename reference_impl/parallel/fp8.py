@@ -100,6 +100,7 @@ class DelayedScaling:
             raise ValueError(f"DelayedScaling: need amax_history_len >= 1 and margin >= 0, got {self}")
 
 
+# --8<-- [start:delayed_scaling]
 class TensorScaling:
     """One tensor's scaling state: its fp8 dtype, ``amax_history`` (slot 0: this step) and ``scale``."""
 
@@ -124,6 +125,7 @@ class TensorScaling:
         if np.isfinite(amax) and amax > 0:
             scale = FP8_MAX[self.dtype] * 2.0 ** -self.recipe.margin / amax
             self.scale = float(np.float32(scale)) if np.isfinite(np.float32(scale)) else float(np.finfo(np.float32).max)
+# --8<-- [end:delayed_scaling]
 
 
 def compute_scale(amax_history: np.ndarray, dtype, margin: int = 0, algo: str = "max") -> float:

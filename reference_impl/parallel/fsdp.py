@@ -47,6 +47,7 @@ def compute_order(config: tf.GPTConfig) -> list[tuple[str, str]]:
     return [("forward", n) for n in names] + [("backward", n) for n in reversed(names)]
 
 
+# --8<-- [start:schedule]
 def fsdp_step(t: "ZeroTrainer", tokens: np.ndarray, targets: np.ndarray) -> float:
     """Forward and backward of one stage-3 step; afterwards ``t.gshard`` holds the summed gradient slices."""
     config, order = t.config, compute_order(t.config)
@@ -109,6 +110,7 @@ def fsdp_step(t: "ZeroTrainer", tokens: np.ndarray, targets: np.ndarray) -> floa
     if t.prefetch:
         t.wait()
     return loss
+# --8<-- [end:schedule]
 
 
 # ------------------------------------------------------------------ what a step holds on top

@@ -223,6 +223,7 @@ class DynamicLossScaler:
 
 
 # ------------------------------------------------------------------ training
+# --8<-- [start:mixed_step]
 def train_step(masters: dict[str, np.ndarray], opt: Adam, tokens: np.ndarray, targets: np.ndarray,
                config: tf.GPTConfig, precision: str, scaler: DynamicLossScaler | None = None,
                fp8=None) -> dict:
@@ -252,6 +253,7 @@ def train_step(masters: dict[str, np.ndarray], opt: Adam, tokens: np.ndarray, ta
     if applied:
         opt.step(masters, grads32)
     return {"loss": float(loss), "applied": applied, "scale": scale}
+# --8<-- [end:mixed_step]
 
 
 def eval_loss(masters: Mapping[str, np.ndarray], batch: tuple[np.ndarray, np.ndarray], config: tf.GPTConfig) -> float:

@@ -57,6 +57,7 @@ def optimizer_k(optimizer: str, precision: str) -> int:
     return PRECISIONS[precision][2] + 4 * OPTIMIZER_SLOTS[optimizer]
 
 
+# --8<-- [start:zero_paper]
 def zero_paper_memory(psi: float, ranks: int, k: int = 12) -> dict[str, float]:
     """Model-state bytes per device for the baseline and ZeRO's three stages, mixed-precision Adam.
 
@@ -66,9 +67,11 @@ def zero_paper_memory(psi: float, ranks: int, k: int = 12) -> dict[str, float]:
             "P_os": 2 * psi + 2 * psi + k * psi / ranks,
             "P_os+g": 2 * psi + (2 + k) * psi / ranks,
             "P_os+g+p": (2 + 2 + k) * psi / ranks}
+# --8<-- [end:zero_paper]
 
 
 # ------------------------------------------------------------------ activations, from the cache
+# --8<-- [start:activations]
 def block_cache_elements(config: tf.GPTConfig, batch: int, seq: int) -> int:
     """Values one block's forward keeps (``block_forward``'s cache): ``16 N C + 2 N + B n_head T^2``.
 
@@ -90,6 +93,7 @@ def activation_elements(config: tf.GPTConfig, batch: int, seq: int, *, recompute
     every block's input ``N C``) plus the head's."""
     per_block = batch * seq * config.n_embd if recompute else block_cache_elements(config, batch, seq)
     return config.n_layer * per_block + head_cache_elements(config, batch, seq)
+# --8<-- [end:activations]
 
 
 def _layer_param_elements(config: tf.GPTConfig) -> tuple[int, int, int]:

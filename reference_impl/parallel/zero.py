@@ -132,6 +132,7 @@ def padded_params(config: tf.GPTConfig, ranks: int) -> int:
     return sum(u.padded for u in flat_units(config, ranks))
 
 
+# --8<-- [start:comm]
 def comm_elements(config: tf.GPTConfig, stage: int, ranks: int) -> int:
     """Values one rank sends in one step: ``2 (N-1) Σ shard`` for stages 0-2, ``3 (N-1) Σ shard`` for 3.
 
@@ -139,6 +140,7 @@ def comm_elements(config: tf.GPTConfig, stage: int, ranks: int) -> int:
     collective on a padded unit sends ``N - 1`` chunks of ``shard`` values per phase."""
     shards = sum(u.shard for u in flat_units(config, ranks))
     return (3 if stage == 3 else 2) * (ranks - 1) * shards
+# --8<-- [end:comm]
 
 
 def _ring_bounds(unit: Unit) -> list[tuple[int, int]]:
@@ -236,6 +238,7 @@ class ZeroTrainer:
             raise (exc.__cause__ if isinstance(exc.__cause__, CommError) else exc) from None
 
     # -- one step
+    # --8<-- [start:step]
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """Forward, backward, gradient reduction and Adam on this rank's micro-batch; its mean loss."""
         t0 = time.perf_counter()
@@ -251,6 +254,7 @@ class ZeroTrainer:
         self.steps += 1
         self.step_seconds.append(time.perf_counter() - t0)
         return loss
+    # --8<-- [end:step]
 
     def _replicated_step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """Stages 0-2: every rank has the full parameters; gradients leave backward layer by layer."""

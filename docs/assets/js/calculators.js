@@ -4,7 +4,8 @@
  * The constants (interconnect profiles with alpha and beta, algorithm names, optimiser
  * state sizes) are not written here: the build hook docs/hooks/calculators.py puts them in
  * the page as JSON (<script id="calculator-constants">), from the Python objects.
- * Every <form data-calculator="..."> is recomputed on each input; each result is written
+ * Every <form data-calculator="..."> is recomputed on each input (an input with step="1" must
+ * hold a whole number; a bad input is named in every output); each result is written
  * to an <output name="..."> as text and, unrounded, in its data-value attribute, which the
  * browser test compares with the Python functions.
  */
@@ -102,6 +103,38 @@
       Object.keys(parts).forEach(function (name) { out[name] = [parts[name], bytes]; total += parts[name]; });
       out.total = [total, bytes];
       return out;
+    },
+    // reference_impl.calculators.sharded_memory: memory_breakdown's model states per parameter
+    // and activation_elements of reference_impl/parallel/memory.py, comm_elements of zero.py.
+    "sharded-memory": function (v, k) {
+      var psi = v.parameters_billions * 1e9, L = v.layers, C = v.hidden, H = v.heads, T = v.seq, B = v.batch;
+      var V = v.vocab, n = v.ranks, stage = Number(v.stage), recompute = v.recompute === "yes";
+      var bytesPer = k.sharded_precisions[v.precision];  // compute copy, gradient, float32 master copy
+      var K = bytesPer[2] + 4 * k.sharded_optimizer_slots[v.optimizer];  // the ZeRO paper's K
+      var N = B * T;
+      var block = recompute ? N * C : 16 * N * C + 2 * N + B * H * T * T;  // block_cache_elements
+      var head = N * (2 * C + 1 + V);                                     // head_cache_elements
+      var arch = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;       // transformer.n_params
+      var parts = {
+        parameters: bytesPer[0] * psi / (stage >= 3 ? n : 1),
+        gradients: bytesPer[1] * psi / (stage >= 2 ? n : 1),
+        optimizer_state: K * psi / (stage >= 1 ? n : 1),
+        activations: bytesPer[0] * (L * block + head)
+      };
+      var out = {}, total = 0;
+      Object.keys(parts).forEach(function (name) { out[name] = [parts[name], bytes]; total += parts[name]; });
+      out.total = [total, bytes];
+      out.comm_bytes_per_step = [bytesPer[1] * (stage === 3 ? 3 : 2) * (n - 1) / n * psi, bytes];
+      out.architecture_parameters = [arch, function (x) { return (x / 1e9).toPrecision(3) + " billion"; }];
+      return out;
+    }
+  };
+
+  // Checks beyond "a number, at least min, whole where the input asks for a whole number".
+  var CHECKS = {
+    "sharded-memory": function (v) {
+      if (v.hidden % v.heads !== 0) return "the hidden size must be a multiple of the number of heads";
+      return null;
     }
   };
 
@@ -126,17 +159,21 @@
         fillSelect(sel, Array.isArray(source) ? source : Object.keys(source));
       });
       function update() {
-        var values = {}, ok = true;
+        var values = {}, problem = null;
         form.querySelectorAll("input, select").forEach(function (el) {
           if (el.tagName === "SELECT") { values[el.name] = el.value; return; }
-          var x = Number(el.value), min = Number(el.min || 0);
-          if (el.value === "" || !isFinite(x) || x < min) ok = false;
+          var x = Number(el.value), min = Number(el.min || 0), whole = el.step === "1";
+          var label = el.dataset.label || el.name;
+          if (problem === null && (el.value === "" || !isFinite(x) || x < min || (whole && !Number.isInteger(x)))) {
+            problem = label + " must be " + (whole ? "a whole number" : "a number") + " of at least " + min;
+          }
           values[el.name] = x;
         });
+        if (problem === null && CHECKS[form.dataset.calculator]) problem = CHECKS[form.dataset.calculator](values);
         form.querySelectorAll("output").forEach(function (out) {
-          if (!ok) { out.textContent = "enter valid numbers"; out.dataset.value = ""; }
+          if (problem !== null) { out.textContent = "enter valid numbers: " + problem; out.dataset.value = ""; }
         });
-        if (!ok) return;
+        if (problem !== null) return;
         var results = compute(values, k);
         Object.keys(results).forEach(function (name) {
           var out = form.querySelector('output[name="' + name + '"]');

@@ -59,7 +59,9 @@ def test_the_plotter_renders_the_committed_file():
     data = json.loads(SHARDED_JSON.read_text())
     assert data["benchmark"] == "sharded" and not data["settings"]["quick"]
     figures, summary = plotter().plot(SHARDED_JSON, data)
-    assert set(figures) == {"memory", "time"}
+    assert set(figures) == {"memory", "time", "precision"}  # the committed run has the precision section
+    runs = data["precision"]["runs"]
+    assert {"fp32", "bf16", "fp16", "fp8"} <= set(runs)
     assert "**Peak memory per rank**" in summary and "**Step time relative to plain DP**" in summary
     assert "| NO |" not in summary
 

@@ -142,6 +142,27 @@ def _time_figure(t: dict[str, Any], machine: str) -> bytes:
     return svg(fig)
 
 
+PRECISION_STYLE = {"fp32": ("0.15", "-", "o"), "bf16": ("C0", "--", "s"), "fp16": ("C1", "-.", "^"),
+                   "fp8": ("C3", ":", "D")}  # colour, line style and marker: told apart without colour too
+
+
+def _precision_figure(prec: dict[str, Any], machine: str) -> bytes:
+    """Held-out loss against the step for each format (the same seed, batches and model)."""
+    caption = _wrap(f"Validation loss of the same GPT run in each format ({prec['steps']} Adam steps, float32 master "
+                    f"weights; fp16 with dynamic loss scaling; fp8: E4M3 forward, E5M2 backward, delayed scaling). "
+                    f"Source: {prec['source']}. Measured on {machine}", 135)
+    fig, ax = figure(caption)
+    for name, run in prec["runs"].items():
+        colour, style, marker = PRECISION_STYLE.get(name, ("0.5", "-", "x"))
+        steps, losses = zip(*run["eval"])
+        ax.plot(steps, losses, color=colour, linestyle=style, marker=marker, markersize=4, linewidth=1.4,
+                label=f"{name}: {run['final_eval']:.4f} at the end")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("validation loss (nats per character)")
+    ax.legend(loc="upper right", fontsize=8, title="format: final validation loss", title_fontsize=8)
+    return svg(fig)
+
+
 def _bytes_table(b: dict[str, Any]) -> list[str]:
     lines = []
     for label, m in b["models"].items():
@@ -165,6 +186,8 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     _check(path, data)
     machine = machine_line(path, data)
     figs = {"memory": _memory_figure(data["memory"], machine), "time": _time_figure(data["time"], machine)}
+    if data.get("precision"):
+        figs["precision"] = _precision_figure(data["precision"], machine)
 
     mem = data["memory"]
     ranks = sorted({e["ranks"] for e in mem["results"]})

@@ -1,5 +1,6 @@
 """Communicators (thread ranks, MPI ranks) and the collectives built on them."""
 from .allreduce import ALGORITHMS, AUTO_LINK, allreduce, choose_algorithm
+from .alltoall import ALLTOALL_ALGORITHMS, alltoall, alltoallv
 from .ops import OPS
 from .rabenseifner import rabenseifner_allreduce
 from .recursive_doubling import recursive_doubling_allreduce
@@ -27,4 +28,5 @@ __all__ = [
     "recursive_doubling_allreduce", "reduce", "reduce_scatter", "ring_allreduce", "tree_allreduce",
     "INTERCONNECTS", "Interconnect", "SimulatedNetwork", "calibrate", "pingpong", "reduction_time",
     "Layer", "SimStep", "plan_buckets", "simulate_step",
+    "ALLTOALL_ALGORITHMS", "alltoall", "alltoallv",
 ]

@@ -107,6 +107,28 @@ def binomial_reduce_time(n_bytes: float, p: int, c: LinkParams) -> float:
     return math.ceil(math.log2(p)) * (c.alpha + n_bytes * (c.beta + c.gamma)) if p > 1 else 0.0
 
 
+def pairwise_alltoall_time(n_bytes: float, p: int, c: LinkParams) -> float:
+    """Pairwise-exchange all-to-all: p-1 steps of n/p bytes (``n_bytes``: a rank's whole send buffer)."""
+    return (p - 1) * (c.alpha + n_bytes / p * c.beta) if p > 1 else 0.0
+
+
+def bruck_alltoall_time(n_bytes: float, p: int, c: LinkParams) -> float:
+    """Bruck's all-to-all: ceil(log2 p) steps; step k sends the b_k blocks whose index has bit k set.
+
+    Exactly ``ceil(log2 p) * alpha + sum_k b_k * (n_bytes / p) * beta`` with
+    ``b_k = |{i < p : bit k of i is 1}|``; for p a power of two b_k = p / 2, which gives
+    Thakur et al.'s ``log2(p) * (alpha + n_bytes / 2 * beta)``.
+    """
+    if p <= 1:
+        return 0.0
+    steps, blocks, bit = 0, 0, 1
+    while bit < p:
+        steps += 1
+        blocks += sum(1 for i in range(p) if i & bit)
+        bit *= 2
+    return steps * c.alpha + blocks * n_bytes / p * c.beta
+
+
 def allreduce_time(algorithm: str, n_bytes: float, p: int, c: LinkParams) -> float:
     """Predicted seconds for ``algorithm`` to allreduce ``n_bytes`` per rank on ``p`` ranks."""
     if algorithm not in ALLREDUCE_TIME:

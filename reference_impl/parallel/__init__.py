@@ -24,11 +24,17 @@ One concept per module, picotron-style, so each file reads in one sitting:
   overflow and bytes of each format;
 * ``fp8``: fp8 linear layers with per-tensor delayed scaling from an amax history (E4M3
   forward, E5M2 backward, as Transformer Engine's HYBRID recipe).
+
+* ``tensor_parallel``: Megatron-LM tensor parallelism of the MLP block (Shoeybi et al. 2019):
+  column-parallel ``c_fc``, GELU on the shard, row-parallel ``c_proj``, the conjugate ``f``/``g``
+  operators; one allreduce of ``B T C`` values forward and one backward.
 """
-from . import adam, corpus, fp8, fsdp, low_precision, memory, transformer, zero
+from . import adam, corpus, fp8, fsdp, low_precision, memory, tensor_parallel, transformer, zero
 from .adam import Adam
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)
+from .tensor_parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLinear, mlp_comm_bytes,
+                              parallel_mlp_backward, parallel_mlp_forward, reference_mlp, shard_mlp, unshard_mlp)
 from .transformer import (GPTConfig, Layer, backward, backward_layers, forward, init_params, layers, logits,
                           loss_and_grads, n_params, param_shapes, step_flops)
 from .zero import (Unit, ZeroTrainer, comm_elements, flat_units, load_sharded, padded_params, save_sharded,

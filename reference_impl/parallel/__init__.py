@@ -27,14 +27,18 @@ One concept per module, picotron-style, so each file reads in one sitting:
 
 * ``tensor_parallel``: Megatron-LM tensor parallelism of the MLP block (Shoeybi et al. 2019):
   column-parallel ``c_fc``, GELU on the shard, row-parallel ``c_proj``, the conjugate ``f``/``g``
-  operators; one allreduce of ``B T C`` values forward and one backward.
+  operators; one allreduce of ``B T C`` values forward and one backward;
+* ``tensor_parallel_attention``: the same for attention, heads split over the ranks
+  (``c_attn`` column-parallel by heads, attention on the local heads, row-parallel ``c_proj``).
 """
-from . import adam, corpus, fp8, fsdp, low_precision, memory, tensor_parallel, transformer, zero
+from . import (adam, corpus, fp8, fsdp, low_precision, memory, tensor_parallel, tensor_parallel_attention,
+               transformer, zero)
 from .adam import Adam
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)
 from .tensor_parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLinear, mlp_comm_bytes,
                               parallel_mlp_backward, parallel_mlp_forward, reference_mlp, shard_mlp, unshard_mlp)
+from .tensor_parallel_attention import ParallelAttention, reference_attention, shard_attention, unshard_attention
 from .transformer import (GPTConfig, Layer, backward, backward_layers, forward, init_params, layers, logits,
                           loss_and_grads, n_params, param_shapes, step_flops)
 from .zero import (Unit, ZeroTrainer, comm_elements, flat_units, load_sharded, padded_params, save_sharded,

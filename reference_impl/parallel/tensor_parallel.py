@@ -34,9 +34,13 @@ Gradients are those of the single-rank block up to the order the ring adds the p
 ``shard_mlp`` cuts a single-model parameter dict into a rank's shards (same names);
 ``unshard_mlp`` puts the ranks' shards (parameters or gradients) back together.
 
-Left out here: attention-head splitting (``c_attn`` column-parallel by heads, ``attn.c_proj``
-row-parallel, the other half of section 3), sequence parallelism (Korthikanti et al.,
-arXiv:2205.05198: reduce-scatter/all-gather instead of allreduce around LayerNorm/dropout),
+The attention block, the other half of section 3 (``c_attn`` column-parallel by heads,
+``attn.c_proj`` row-parallel, the same one allreduce each way), is in
+``tensor_parallel_attention``, built from this module's ``f``/``g`` and linears.
+
+Left for later: sequence parallelism (Korthikanti et al., arXiv:2205.05198: reduce-scatter/
+all-gather instead of allreduce around LayerNorm/dropout), a whole tensor-parallel block and
+model (LayerNorms and residuals replicated around the two parallel sublayers),
 vocabulary-parallel embedding and cross-entropy, and combining TP with data parallelism.
 """
 from __future__ import annotations

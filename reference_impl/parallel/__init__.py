@@ -29,10 +29,15 @@ One concept per module, picotron-style, so each file reads in one sitting:
   column-parallel ``c_fc``, GELU on the shard, row-parallel ``c_proj``, the conjugate ``f``/``g``
   operators; one allreduce of ``B T C`` values forward and one backward;
 * ``tensor_parallel_attention``: the same for attention, heads split over the ranks
-  (``c_attn`` column-parallel by heads, attention on the local heads, row-parallel ``c_proj``).
+  (``c_attn`` column-parallel by heads, attention on the local heads, row-parallel ``c_proj``);
+* ``vocab_parallel``: the tied ``wte`` split by vocabulary rows (padded to a multiple of the
+  rank count): ``VocabParallelEmbedding`` (lookup of the rank's ids, one allreduce of ``B T C``
+  forward, none backward) and ``vocab_parallel_cross_entropy`` (the softmax loss without
+  gathering the logits: allreduces of the row max, the exp-sum and the target logit, ``B T``
+  values each, forward; none backward).
 """
 from . import (adam, corpus, fp8, fsdp, low_precision, memory, tensor_parallel, tensor_parallel_attention,
-               transformer, zero)
+               transformer, vocab_parallel, zero)
 from .adam import Adam
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)
@@ -41,6 +46,8 @@ from .tensor_parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLine
 from .tensor_parallel_attention import ParallelAttention, reference_attention, shard_attention, unshard_attention
 from .transformer import (GPTConfig, Layer, backward, backward_layers, forward, init_params, layers, logits,
                           loss_and_grads, n_params, param_shapes, step_flops)
+from .vocab_parallel import (VocabParallelEmbedding, cross_entropy_comm_bytes, embedding_comm_bytes, padded_vocab,
+                             shard_vocab, unshard_vocab, vocab_parallel_cross_entropy, vocab_range)
 from .zero import (Unit, ZeroTrainer, comm_elements, flat_units, load_sharded, padded_params, save_sharded,
                    zero_memory)
 

@@ -40,8 +40,8 @@ The attention block, the other half of section 3 (``c_attn`` column-parallel by 
 
 Left for later: sequence parallelism (Korthikanti et al., arXiv:2205.05198: reduce-scatter/
 all-gather instead of allreduce around LayerNorm/dropout), a whole tensor-parallel block and
-model (LayerNorms and residuals replicated around the two parallel sublayers),
-vocabulary-parallel embedding and cross-entropy, and combining TP with data parallelism.
+model (LayerNorms and residuals replicated around the two parallel sublayers), and combining
+TP with data parallelism. Vocabulary-parallel embedding and cross-entropy are in ``vocab_parallel``.
 """
 from __future__ import annotations
 

@@ -6,11 +6,11 @@
   gathered parameter gradients equal the single-rank ones to 1e-6 (float64; in fact ~1e-15);
 * each rank sends exactly one ring allreduce of B T C values forward and one backward:
   2 (p-1)/p x B T C x itemsize bytes, 2 (p-1) messages each;
-* the same under ``mpiexec -n 2`` (tests/mpi_programs/tensor_parallel_mlp.py);
+* the same under ``mpiexec -n 2`` (tests/mpi_programs/tensor_parallel.py);
 * attention with its heads split over the ranks (tensor_parallel_attention.py; n_head = 4):
   the reference is the block's own attention (output, parameter gradients, and the input
   gradient through ln_1), the parallel sublayer equals it on 1, 2, 4 thread ranks and under
-  ``mpiexec -n 2`` (tests/mpi_programs/tensor_parallel_attention.py), at the MLP's cost of one
+  ``mpiexec -n 2`` (tests/mpi_programs/tensor_parallel.py), at the MLP's cost of one
   allreduce of B T C values each way; a rank count that does not divide n_head is refused.
 """
 import re
@@ -27,7 +27,7 @@ from reference_impl.parallel import tensor_parallel_attention as tpa
 from reference_impl.parallel import transformer as tf
 
 ROOT = Path(__file__).resolve().parent.parent
-PROGRAM = ROOT / "tests" / "mpi_programs" / "tensor_parallel_mlp.py"
+PROGRAM = ROOT / "tests" / "mpi_programs" / "tensor_parallel.py"
 pytestmark = pytest.mark.timeout(60)
 
 CFG = tf.GPTConfig(vocab_size=96, block_size=4, n_layer=2, n_head=2, n_embd=8)
@@ -117,20 +117,29 @@ def test_shards_put_back_together_and_bad_splits_are_refused():
         tp.shard_mlp(params, 0, 0, 3)
 
 
-def test_parallel_mlp_equals_single_rank_on_two_mpi_processes():
+@pytest.fixture(scope="module")
+def mpi_run():
+    """The MPI program, run once for both sublayers' tests."""
     run = subprocess.run(mpiexec_command(2, str(PROGRAM)), capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stdout + run.stderr
-    m = re.search(r"TP ranks=2 maxdiff=(\S+) bytes_fwd=(\d+) bytes_bwd=(\d+) expected=(\d+)", run.stdout)
+    return run
+
+
+def _mpi_check(run, name: str) -> None:
+    m = re.search(rf"TP {name} ranks=2 maxdiff=(\S+) bytes_fwd=(\d+) bytes_bwd=(\d+) expected=(\d+)", run.stdout)
     assert m, run.stdout + run.stderr
     assert float(m[1]) < 1e-6
     assert int(m[2]) == int(m[3]) == int(m[4]) == tp.mlp_comm_bytes(B, T, C, 2, 8)["forward"]
+
+
+def test_parallel_mlp_equals_single_rank_on_two_mpi_processes(mpi_run):
+    _mpi_check(mpi_run, "mlp")
 
 
 # ------------------------------------------------------------------ attention: heads split over ranks
 # (reference_impl/parallel/tensor_parallel_attention.py) n_head = 4, head_dim = 2; on 1, 2, 4 thread
 # ranks the parallel attention equals the single-rank one, and costs the MLP's one allreduce each way.
 ATT_CFG = tf.GPTConfig(vocab_size=96, block_size=4, n_layer=2, n_head=4, n_embd=8)
-ATT_PROGRAM = ROOT / "tests" / "mpi_programs" / "tensor_parallel_attention.py"
 
 
 def attention_inputs(dtype=np.float64):
@@ -217,10 +226,5 @@ def test_attention_shards_are_whole_heads_and_bad_splits_are_refused():
         tpa.shard_attention(params, LAYER, 0, 8, 8 * 2)  # 16 heads cannot split C = 8
 
 
-def test_parallel_attention_equals_single_rank_on_two_mpi_processes():
-    run = subprocess.run(mpiexec_command(2, str(ATT_PROGRAM)), capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert run.returncode == 0, run.stdout + run.stderr
-    m = re.search(r"TP-attn ranks=2 maxdiff=(\S+) bytes_fwd=(\d+) bytes_bwd=(\d+) expected=(\d+)", run.stdout)
-    assert m, run.stdout + run.stderr
-    assert float(m[1]) < 1e-6
-    assert int(m[2]) == int(m[3]) == int(m[4]) == tp.mlp_comm_bytes(B, T, C, 2, 8)["forward"]
+def test_parallel_attention_equals_single_rank_on_two_mpi_processes(mpi_run):
+    _mpi_check(mpi_run, "attention")

@@ -13,6 +13,20 @@ server needs to answer requests in the order they arrive instead of in rank orde
 
 ``CountingCommunicator`` wraps either and counts what each rank sends, which is how the
 tests check an algorithm's traffic (ring allreduce: 2(n-1)/n of the data per rank).
+
+``split(color, key)`` is ``MPI_Comm_split``: a collective over the communicator that cuts it
+into sub-communicators, one per ``color``, ranked by ``(key, parent rank)``; ``color=None``
+(``MPI_UNDEFINED``) gives ``None``. Every collective runs unchanged on a sub-communicator,
+which is how a process grid gives tensor, data and pipeline parallelism each their own
+group (``parallel/process_grid.py``). ``MPICommunicator`` uses MPI's own ``Comm.Split``;
+every other communicator gets a ``SplitCommunicator`` carried by its own point-to-point
+calls. MPI keeps the messages of different communicators apart with a *context id* that
+travels with every message next to the tag (MPICH allocates it with an allreduce over a
+bit mask of free ids, ``MPIR_Get_contextid_sparse``); here the context id is folded into
+the tag, ``wire tag = context * CONTEXT_TAG_SPAN + tag``, and allocated the same way in
+miniature: the ranks all-gather their next free id and take the largest, so on every rank
+the communicators it belongs to have distinct ids, and a message can only be received on
+the communicator it was sent on, ``recv_any`` included.
 """
 from __future__ import annotations
 
@@ -91,6 +105,18 @@ class Communicator(ABC):
     def _check_peer(self, peer: int, role: str) -> None:
         if not 0 <= peer < self.size:
             raise ValueError(f"rank {self.rank}: {role} rank {peer} is outside 0..{self.size - 1}")
+
+    def split(self, color: int | None, key: int | None = None) -> "Communicator | None":
+        """``MPI_Comm_split``: the sub-communicator of the ranks that pass the same ``color``.
+
+        A collective: every rank of this communicator must call it (in the same order as
+        its other collectives). Ranks in the new communicator are ordered by ``key``, ties
+        by their rank here (``key=None`` counts as 0, i.e. keep this order). ``color=None``
+        is ``MPI_UNDEFINED``: the rank takes part but joins no group and gets ``None``.
+        This generic version works for any communicator, through its send/recv
+        (``SplitCommunicator``); ``MPICommunicator`` overrides it with MPI's ``Comm.Split``.
+        """
+        return split_communicator(self, color, key)
 
 
 # --------------------------------------------------------------------------- threads
@@ -285,14 +311,33 @@ class CountingCommunicator(Communicator):
         self.messages_sent = 0
         self.elements_sent = 0
         self.bytes_sent = 0
+        self.parent: CountingCommunicator | None = None  # set by split: counts go there too
 
     def _count(self, buf: Any) -> None:
         n = 1
         for d in buf.shape:
             n *= d
-        self.messages_sent += 1
-        self.elements_sent += n
-        self.bytes_sent += n * itemsize(buf)
+        counter: CountingCommunicator | None = self
+        while counter is not None:
+            counter.messages_sent += 1
+            counter.elements_sent += n
+            counter.bytes_sent += n * itemsize(buf)
+            counter = counter.parent
+
+    def split(self, color: int | None, key: int | None = None) -> "CountingCommunicator | None":
+        """Split ``inner`` (MPI's own ``Comm.Split`` when it is an ``MPICommunicator``) and count the child.
+
+        The child is a ``CountingCommunicator`` whose counters hold what this rank sends
+        through the child alone; every message it counts is also added to this (the
+        parent's) counters, so the parent's totals stay "everything this rank sent", through
+        it or any communicator split from it, and a test can read one group's traffic
+        (the child's) or the rank's whole traffic (the parent's)."""
+        child = self.inner.split(color, key)
+        if child is None:
+            return None
+        counting = CountingCommunicator(child)
+        counting.parent = self
+        return counting
 
     def send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._count(buf)
@@ -310,3 +355,111 @@ class CountingCommunicator(Communicator):
 
     def barrier(self) -> None:
         self.inner.barrier()
+
+
+# --------------------------------------------------------------------------- split
+
+CONTEXT_TAG_SPAN = 1024  # a sub-communicator's tag t travels as context * 1024 + t on its root
+SPLIT_BARRIER_TAG = 511  # the generic barrier's tag (SimulatedNetwork's users stay below 512)
+
+
+def split_key(comm: Communicator, color: Any, key: Any) -> int:
+    """Check ``split``'s arguments; return the key (``None`` -> 0)."""
+    if color is not None and (isinstance(color, bool) or not isinstance(color, int) or color < 0):
+        raise ValueError(f"split on rank {comm.rank}: color must be a non-negative int or None "
+                         f"(MPI_UNDEFINED), got {color!r}")
+    if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+        raise ValueError(f"split on rank {comm.rank}: key must be an int or None, got {key!r}")
+    return 0 if key is None else key
+
+
+def _context_owner(comm: Communicator) -> Communicator:
+    """The innermost communicator under ``comm`` (following ``inner``): it keeps the rank's next free context id,
+    so that splits of a wrapper and of what it wraps still draw distinct ids."""
+    while isinstance(getattr(comm, "inner", None), Communicator):
+        comm = comm.inner
+    return comm
+
+
+def split_communicator(parent: Communicator, color: int | None, key: int | None) -> "SplitCommunicator | None":
+    """The generic ``MPI_Comm_split`` (see ``Communicator.split``), on ``parent``'s point-to-point calls.
+
+    1. All-gather ``(color, key, next free context id)`` over ``parent`` (the lab's ring allgather).
+    2. The new context id is the largest proposal, and every rank's next free id moves past
+       it. Each rank's ids only grow, so the communicators one rank belongs to never share
+       an id, whatever the other ranks did in between (MPICH's rule, with a max for its mask).
+    3. The members are the ranks of this color, sorted by ``(key, parent rank)``. A split of
+       a ``SplitCommunicator`` is carried straight by its root (ranks translated twice), so
+       nesting does not nest tags.
+    """
+    import numpy as np
+
+    from .ring import allgather
+
+    key = split_key(parent, color, key)
+    owner = _context_owner(parent)
+    proposal = np.array([-1 if color is None else color, key, owner.__dict__.get("_next_context", 1)],
+                        dtype=np.int64)
+    table = np.asarray(allgather(parent, proposal)).reshape(parent.size, 3)
+    context = int(table[:, 2].max())
+    owner._next_context = context + 1
+    if color is None:
+        return None
+    members = [r for _, r in sorted((int(table[r, 1]), r) for r in range(parent.size) if table[r, 0] == color)]
+    if isinstance(parent, SplitCommunicator):
+        return SplitCommunicator(parent.inner, [parent.group[r] for r in members], context)
+    return SplitCommunicator(parent, members, context)
+
+
+class SplitCommunicator(Communicator):
+    """Ranks ``group`` of communicator ``inner`` as a communicator of their own, with context id ``context``.
+
+    Rank ``i`` here is rank ``group[i]`` of ``inner``. A message with tag ``t`` (0 <= t <
+    ``CONTEXT_TAG_SPAN``) travels on ``inner`` with tag ``context * CONTEXT_TAG_SPAN + t``:
+    ``inner``'s own messages (context 0, tags below the span) and every other sub-communicator
+    this rank belongs to use other tags, so none can take this one's messages. Made by
+    ``Communicator.split``; errors from ``inner`` name ``inner``'s ranks and wire tags.
+    """
+
+    def __init__(self, inner: Communicator, group: list[int], context: int):
+        if inner.rank not in group:
+            raise ValueError(f"rank {inner.rank} is not in the group {list(group)}")
+        self.inner = inner
+        self.group = tuple(group)
+        self.context = context
+        self.rank, self.size = self.group.index(inner.rank), len(self.group)
+        self._rank_of = {g: i for i, g in enumerate(self.group)}
+
+    def _wire(self, tag: int) -> int:
+        if not 0 <= tag < CONTEXT_TAG_SPAN:
+            raise ValueError(f"rank {self.rank}: tag {tag} is outside 0..{CONTEXT_TAG_SPAN - 1}, the tags a "
+                             f"split communicator passes on (it adds context {self.context} x {CONTEXT_TAG_SPAN})")
+        return self.context * CONTEXT_TAG_SPAN + tag
+
+    def send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        self._check_peer(dest, "destination")
+        self.inner.send(buf, self.group[dest], self._wire(tag))
+
+    def recv(self, buf: Any, source: int, tag: int = 0) -> None:
+        self._check_peer(source, "source")
+        self.inner.recv(buf, self.group[source], self._wire(tag))
+
+    def sendrecv(self, sendbuf: Any, dest: int, recvbuf: Any, source: int, tag: int = 0) -> None:
+        self._check_peer(dest, "destination")
+        self._check_peer(source, "source")
+        self.inner.sendrecv(sendbuf, self.group[dest], recvbuf, self.group[source], self._wire(tag))
+
+    def recv_any(self, buf: Any, tag: int = 0) -> int:
+        """Only members can send on this context id (see ``split_communicator``), so any match is one of ours."""
+        return self._rank_of[self.inner.recv_any(buf, self._wire(tag))]
+
+    def barrier(self) -> None:
+        """Dissemination barrier of empty messages: round k sends to rank + 2^k, receives from rank - 2^k."""
+        import numpy as np
+
+        empty_out, empty_in = np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)
+        distance = 1
+        while distance < self.size:
+            self.sendrecv(empty_out, (self.rank + distance) % self.size,
+                          empty_in, (self.rank - distance) % self.size, SPLIT_BARRIER_TAG)
+            distance *= 2

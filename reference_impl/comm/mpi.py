@@ -9,6 +9,10 @@ other ranks waiting forever.
 ``recv_any`` is MPI's receive from ``ANY_SOURCE``: the first matching message from any
 rank, and the rank it came from (``Status.Get_source``).
 
+``split`` is ``Comm.Split``: the sub-communicators of a process grid are real MPI
+communicators, each with its own context id, exactly what MPI-based frameworks build
+(Megatron-LM's ``torch.distributed.new_group`` does the same with NCCL communicators).
+
 Two things MPI itself does not do, added here so that a broken collective fails fast with
 a message that names the ranks involved:
 
@@ -31,7 +35,7 @@ import os
 import time
 from typing import Any
 
-from .communicator import DEFAULT_TIMEOUT_S, CommError, Communicator
+from .communicator import DEFAULT_TIMEOUT_S, CommError, Communicator, split_key
 
 TIMEOUT_ENV = "LAB_COMM_TIMEOUT"
 SPIN_S = 5e-6  # poll without pause this long (a short message on one host takes a few us);
@@ -115,6 +119,20 @@ class MPICommunicator(Communicator):
 
     def barrier(self) -> None:
         self._wait(send=self.comm.Ibarrier())
+
+    def split(self, color: int | None, key: int | None = None) -> "MPICommunicator | None":
+        """``MPI_Comm_split`` itself (``Comm.Split``): a new MPI communicator with its own context id,
+        so its messages can never match this one's; wrapped with the same ``timeout``.
+
+        ``color=None`` is ``MPI.UNDEFINED`` (the rank gets ``None``); ``key=None`` counts as 0,
+        ties broken by rank here, as MPI does. ``Comm.Split`` itself blocks without a deadline
+        (MPI has no nonblocking split), like any MPI communicator constructor.
+        """
+        key = split_key(self, color, key)
+        child = self.comm.Split(self._MPI.UNDEFINED if color is None else color, key)
+        if child == self._MPI.COMM_NULL:
+            return None
+        return MPICommunicator(child, timeout=self.timeout)
 
     def _wire_tag(self, tag: int, buf: Any) -> int:
         if not 0 <= tag <= self._max_tag:

@@ -213,7 +213,9 @@ class SimulatedNetwork(Communicator):
         self._deliver(header)
 
     def _header_tag(self, tag: int) -> int:
-        if not 0 <= tag < HEADER_TAG_OFFSET:
+        # a split communicator's tags are context * 1024 + t (communicator.CONTEXT_TAG_SPAN): the
+        # header stays inside its context's block of 1024 when t < 512
+        if not (0 <= tag and tag % 1024 < HEADER_TAG_OFFSET):
             raise ValueError(f"rank {self.rank}: tag {tag} is outside 0..{HEADER_TAG_OFFSET - 1}, the tags "
                              "a SimulatedNetwork passes on (it uses tag + 512 for its own headers)")
         return tag + HEADER_TAG_OFFSET

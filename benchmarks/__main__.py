@@ -4,8 +4,8 @@ from __future__ import annotations
 import sys
 
 from . import (allreduce, alpha_beta, autodiff, cluster, collectives, custom_ops, deploy, determinism,
-               distributed_session, grading, graph, interconnects, optimizers, overlap, passes, pipeline, ps,
-               ps_cluster, sharded, training, training_loop)
+               distributed_session, grading, graph, interconnects, model_parallel, optimizers, overlap, passes, pipeline,
+               ps, ps_cluster, sharded, training, training_loop)
 
 BENCHMARKS = {
     "allreduce": allreduce.main,
@@ -22,6 +22,7 @@ BENCHMARKS = {
     "ps": ps.main,
     "ps_cluster": ps_cluster.main,
     "sharded": sharded.main,
+    "model_parallel": model_parallel.main,
     "deploy": deploy.main,
     "autodiff": autodiff.main,
     "passes": passes.main,

@@ -30,6 +30,7 @@ import plot_distributed_session
 import plot_grading
 import plot_graph
 import plot_interconnects
+import plot_model_parallel
 import plot_optimizers
 import plot_overlap
 import plot_passes
@@ -50,8 +51,8 @@ PLOTTERS = {
     m.NAME: m.plot
     for m in (plot_allreduce, plot_alpha_beta, plot_autodiff, plot_cluster, plot_collectives, plot_custom_ops,
               plot_deploy, plot_determinism, plot_distributed_session, plot_grading, plot_graph,
-              plot_interconnects, plot_optimizers, plot_overlap, plot_passes, plot_pipeline, plot_ps,
-              plot_ps_cluster, plot_sharded, plot_training, plot_training_loop)
+              plot_interconnects, plot_model_parallel, plot_optimizers, plot_overlap, plot_passes, plot_pipeline,
+              plot_ps, plot_ps_cluster, plot_sharded, plot_training, plot_training_loop)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
 _MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")

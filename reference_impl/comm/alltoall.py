@@ -12,9 +12,14 @@ pairwise or "scattered" exchanges for long ones):
 
 * **Pairwise exchange** (``"pairwise"``): ``p - 1`` steps; at step ``s`` rank ``r`` sends
   block ``(r + s) mod p`` to that rank and receives block ``r`` of rank ``(r - s) mod p``
-  with one ``sendrecv``. Every block travels once, straight to its owner: each rank sends
-  ``(p - 1) / p`` of its buffer, the minimum, in ``p - 1`` messages. With ``N`` the whole
-  send buffer of a rank, in bytes::
+  with one ``sendrecv``. When ``p`` is a power of two, step ``s`` pairs rank ``r`` with rank
+  ``r XOR s`` instead, both ways: the same ``p - 1`` steps, but each is ``p / 2`` separate
+  swaps rather than one long cycle, so a pair finishes as soon as its two ranks run (which
+  matters when ranks share cores). This is Thakur et al.'s rule and MPICH's
+  ``MPIR_Alltoall_intra_pairwise`` (src/mpi/coll/alltoall/alltoall_intra_pairwise.c).
+  Every block travels once, straight to its owner: each rank sends ``(p - 1) / p`` of its
+  buffer, the minimum, in ``p - 1`` messages. With ``N`` the whole send buffer of a rank,
+  in bytes::
 
       T_pairwise = (p - 1) * (alpha + N / p * beta)
 
@@ -45,6 +50,13 @@ all-to-all of one ``int64`` per block (``p - 1`` tiny messages), unless the call
 
 Only array API calls touch the data (NumPy, CuPy, array_api_strict); like ring.py, a
 message is received straight into a slice of the output, which needs slicing to give views.
+Like ``MPI_Alltoall``'s ``recvbuf``, ``out=`` lets a caller reuse one receive buffer every
+step: a fresh 64 MiB array costs a page fault per 4 KiB page on first touch, which on one
+host takes about as long as the whole exchange. One speed rule, kept apart in ``_send_rows`` and
+``_recv_rows``: a buffer that is already one C-ordered run of memory is sent from, and
+received into, as it is; only a strided view (or a namespace that cannot tell, such as
+array_api_strict) is copied into a contiguous array first. ``python -m benchmarks
+model_parallel`` measures both against the MPI library's own ``MPI_Alltoall(v)``.
 """
 from __future__ import annotations
 
@@ -65,12 +77,22 @@ def bruck_blocks_per_step(p: int) -> list[int]:
     return counts
 
 
+def pairwise_peers(p: int, r: int, s: int) -> tuple[int, int]:
+    """Step ``s`` (1..p-1) of the pairwise exchange on rank ``r``: (rank sent to, rank received from).
+
+    ``r XOR s`` both ways when ``p`` is a power of two, else ``(r + s, r - s) mod p``.
+    """
+    if p & (p - 1) == 0:
+        return r ^ s, r ^ s
+    return (r + s) % p, (r - s) % p
+
+
 def _pairwise(comm: Communicator, send: Any, out: Any) -> None:
     """``out[i] = (rank i's send[r])`` for 2-D ``send``/``out`` of shape ``(p, m)``."""
     p, r = comm.size, comm.rank
     out[r, ...] = send[r, ...]
     for s in range(1, p):
-        dest, source = (r + s) % p, (r - s) % p
+        dest, source = pairwise_peers(p, r, s)
         comm.sendrecv(send[dest, ...], dest, out[source, ...], source)
 
 
@@ -93,11 +115,13 @@ def _bruck(comm: Communicator, xp: Any, send: Any, out: Any) -> None:
         out[(r - i) % p, ...] = work[i, ...]
 
 
-def alltoall(comm: Communicator, x: Any, algorithm: str = "pairwise") -> Any:
+def alltoall(comm: Communicator, x: Any, algorithm: str = "pairwise", out: Any = None) -> Any:
     """``MPI_Alltoall``: ``x`` has shape ``(p, m, ...)``, block ``j`` goes to rank ``j``.
 
-    Returns a new array of ``x``'s shape and dtype whose block ``i`` came from rank ``i``.
-    Every rank must pass the same shape and dtype. ``algorithm``: ``"pairwise"`` or ``"bruck"``.
+    Returns an array of ``x``'s shape and dtype whose block ``i`` came from rank ``i``: ``out``
+    if given (like MPI's ``recvbuf``: a separate array of ``x``'s shape and dtype, reused
+    across calls), else a new one. Every rank must pass the same shape and dtype.
+    ``algorithm``: ``"pairwise"`` or ``"bruck"``.
     """
     xp = check_input(comm, x, None, "alltoall")
     if algorithm not in ALLTOALL_ALGORITHMS:
@@ -108,26 +132,39 @@ def alltoall(comm: Communicator, x: Any, algorithm: str = "pairwise") -> Any:
             f"alltoall on rank {comm.rank}: x must have one block per rank along axis 0, i.e. "
             f"shape ({p}, ...), got shape {tuple(x.shape)}"
         )
-    # Contiguous 2-D copies: every block is then a contiguous row that MPI can send as it is.
-    send = xp.empty((p, _elements(x) // p if p else 0), dtype=x.dtype)
-    send[...] = xp.reshape(x, (p, -1))
-    out = xp.empty_like(send)
+    if out is None:
+        out = xp.empty(tuple(x.shape), dtype=x.dtype)
+    elif out is x or tuple(out.shape) != tuple(x.shape) or out.dtype != x.dtype:
+        raise ValueError(
+            f"alltoall on rank {comm.rank}: out must be a separate array of x's shape {tuple(x.shape)} and "
+            f"dtype {x.dtype}, got shape {tuple(out.shape)} and dtype {out.dtype}"
+        )
+    # 2-D (p, m) and contiguous: every block is then a contiguous row that MPI can send as it is.
+    send = _send_rows(xp, x, p)
+    recv, received_in_place = _recv_rows(xp, out, p)
     with explain_mismatch(comm, "alltoall", x, algorithm=algorithm):
         if algorithm == "pairwise":
-            _pairwise(comm, send, out)
+            _pairwise(comm, send, recv)
         else:
-            _bruck(comm, xp, send, out)
-    return xp.reshape(out, tuple(x.shape))
+            _bruck(comm, xp, send, recv)
+    if not received_in_place:
+        out[...] = xp.reshape(recv, tuple(x.shape))
+    return out
 
 
 def alltoallv(
-    comm: Communicator, blocks: Sequence[Any], recv_counts: Sequence[int] | None = None
+    comm: Communicator,
+    blocks: Sequence[Any],
+    recv_counts: Sequence[int] | None = None,
+    out: Sequence[Any] | None = None,
 ) -> list[Any]:
     """``MPI_Alltoallv``: ``blocks[j]`` (1-D, any length, one dtype for all) goes to rank ``j``.
 
     Returns the list of ``p`` 1-D arrays received, ``[i]`` from rank ``i``. The receive counts
-    are exchanged first (a pairwise all-to-all of ``int64`` counts) unless ``recv_counts``
-    (elements expected from each rank, as MPI's ``recvcounts``) is given.
+    are exchanged first (a pairwise all-to-all of ``int64`` counts) unless the caller knows
+    them: ``recv_counts`` (elements expected from each rank, as MPI's ``recvcounts``), or
+    ``out``, ``p`` 1-D arrays of the blocks' dtype to receive into (their lengths are the
+    counts; like MPI's ``recvbuf``, they can be reused across calls).
     """
     p, r = comm.size, comm.rank
     blocks = list(blocks)
@@ -141,6 +178,19 @@ def alltoallv(
                 f"alltoallv on rank {r}: every block must be 1-D with dtype {dtype}; block {j} has "
                 f"shape {tuple(b.shape)} and dtype {b.dtype}"
             )
+    if out is not None:
+        out = list(out)
+        if len(out) != p or any(o.ndim != 1 or o.dtype != dtype for o in out):
+            raise ValueError(
+                f"alltoallv on rank {r}: out must be {p} 1-D arrays of dtype {dtype}, got "
+                f"{[(tuple(o.shape), str(o.dtype)) for o in out]}"
+            )
+        sizes = [int(o.shape[0]) for o in out]
+        if recv_counts is not None and [int(c) for c in recv_counts] != sizes:
+            raise ValueError(
+                f"alltoallv on rank {r}: recv_counts {list(recv_counts)} disagree with the lengths of out, {sizes}"
+            )
+        recv_counts = sizes
     if recv_counts is None:
         mine = xp.asarray([[b.shape[0]] for b in blocks], dtype=xp.int64)
         theirs = xp.empty_like(mine)
@@ -149,15 +199,63 @@ def alltoallv(
         recv_counts = [int(theirs[i, 0]) for i in range(p)]
     elif len(recv_counts) != p:
         raise ValueError(f"alltoallv on rank {r}: recv_counts must list {p} counts, got {list(recv_counts)}")
-    out = [xp.empty((int(recv_counts[i]),), dtype=dtype) for i in range(p)]
+    if out is None:
+        out = [xp.empty((int(recv_counts[i]),), dtype=dtype) for i in range(p)]
     out[r][...] = blocks[r]
     with explain_mismatch(comm, "alltoallv", blocks[0], "the same dtype (and matching counts)"):
         for s in range(1, p):
-            dest, source = (r + s) % p, (r - s) % p
-            send = xp.empty((blocks[dest].shape[0],), dtype=dtype)  # contiguous, whatever was passed
-            send[...] = blocks[dest]
-            comm.sendrecv(send, dest, out[source], source)
+            dest, source = pairwise_peers(p, r, s)
+            recv, received_in_place = _recv_rows(xp, out[source], None)
+            comm.sendrecv(_send_rows(xp, blocks[dest], None), dest, recv, source)
+            if not received_in_place:
+                out[source][...] = recv
     return out
+
+
+# ----------------------------------------------------------------- speed: no copy of a contiguous buffer
+# Not part of the algorithms: MPI (and our communicators) send one contiguous run of memory,
+# so a block must be one. These skip the copy that guarantees it when the array already is,
+# and skip NumPy's Python-level ``reshape`` wrapper too: after a large exchange has pushed
+# the interpreter out of the CPU caches, each such call costs microseconds, which at 1 MiB
+# is a visible share of the whole all-to-all (the benchmark measured it).
+
+
+def _contiguous_as(a: Any, shape: tuple[int, ...]) -> Any:
+    """``a`` viewed with ``shape`` if it is one C-ordered run of memory, else None.
+
+    NumPy and CuPy report that in ``a.flags``; the array API has no way to ask, so an array
+    without ``flags`` (array_api_strict) gets None and the copying path, always correct.
+    """
+    flags = getattr(a, "flags", None)
+    if flags is None or not flags.c_contiguous:
+        return None
+    return a if a.shape == shape else a.reshape(shape)  # a view: C-ordered memory moves no byte
+
+
+def _send_rows(xp: Any, a: Any, p: int | None) -> Any:
+    """``a`` as a contiguous array to send from: ``(p, m)`` rows (block ``j`` is row ``j``), or
+    1-D when ``p`` is None. A view of ``a`` when it is already contiguous, else a copy."""
+    shape = _rows_shape(a, p)
+    view = _contiguous_as(a, shape)
+    if view is not None:
+        return view
+    send = xp.empty(shape, dtype=a.dtype)
+    send[...] = xp.reshape(a, shape)
+    return send
+
+
+def _recv_rows(xp: Any, a: Any, p: int | None) -> tuple[Any, bool]:
+    """A contiguous array to receive into, shaped like ``_send_rows``'s, and whether it is ``a``
+    itself (a view of it); if not, the caller copies it into ``a`` afterwards."""
+    shape = _rows_shape(a, p)
+    view = _contiguous_as(a, shape)
+    if view is not None:
+        return view, True
+    return xp.empty(shape, dtype=a.dtype), False
+
+
+def _rows_shape(a: Any, p: int | None) -> tuple[int, ...]:
+    return (_elements(a),) if p is None else (p, _elements(a) // p)
 
 
 def _elements(x: Any) -> int:

@@ -27,7 +27,9 @@ a message that names the ranks involved:
   checks only that they fit, so a float32 array received into an int32 buffer of the same
   size arrives as garbage without any error. Here the tag on the wire carries a dtype code
   in its low ``DTYPE_BITS`` bits: a receive only matches a message of its own dtype, and a
-  waiting receive that finds a message of another dtype raises ``CommError`` at once.
+  waiting receive that finds a message of another dtype raises ``CommError`` within about a
+  millisecond (it probes every ``DTYPE_CHECK_S``, not on every poll, which would slow every
+  receive).
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ SPIN_S = 5e-6  # poll without pause this long (a short message on one host takes
 # spinning longer starves the peer we wait for when there are more ranks than cores
 YIELD_S = 0.1  # then give the CPU away between polls; after this, sleep SLEEP_S per poll
 SLEEP_S = 5e-4
+DTYPE_CHECK_S = 1e-3  # probe for a message of the wrong dtype at most this often: an Iprobe per
+# poll costs a few microseconds each time, and a wrong dtype only needs to fail fast, not at once
 DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
     "float16", "float32", "float64", "complex64", "complex128",
@@ -151,6 +155,7 @@ class MPICommunicator(Communicator):
         status = self._MPI.Status()
         start = time.monotonic()
         came_from = None
+        next_dtype_check = SPIN_S
         while True:
             try:
                 if send is not None and send.Test():
@@ -166,8 +171,9 @@ class MPICommunicator(Communicator):
             waited = time.monotonic() - start
             if waited < SPIN_S:
                 continue
-            if receive is not None:
+            if receive is not None and waited >= next_dtype_check:
                 self._check_dtype(receive, recvbuf, source, tag)
+                next_dtype_check = waited + DTYPE_CHECK_S
             if waited > self.timeout:
                 self._give_up(send, receive, dest, sendbuf, source, tag)
             if waited < YIELD_S:

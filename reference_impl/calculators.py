@@ -32,6 +32,7 @@ from pathlib import Path
 from reference_impl.comm.cost_model import ALLREDUCE_TIME, LinkParams, allreduce_time, ring_allreduce_time
 from reference_impl.comm.simnet import INTERCONNECTS, interconnect
 from reference_impl.parallel import memory as parallel_memory
+from reference_impl.parallel import planner as parallel_planner
 from reference_impl.parallel import transformer as parallel_transformer
 from reference_impl.parallel import zero as parallel_zero
 
@@ -285,4 +286,6 @@ def calculator_constants(alpha_beta_json: str | Path | None = None) -> dict:
         "sharded_precisions": {name: list(b) for name, b in parallel_memory.PRECISIONS.items()},
         "sharded_optimizer_slots": dict(parallel_memory.OPTIMIZER_SLOTS),
         "zero_stages": [str(s) for s in parallel_zero.STAGES],
+        # the parallel-layout planner: cluster presets, the lists it enumerates, bytes per value
+        "parallel_layout": parallel_planner.browser_constants(),
     }

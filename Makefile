@@ -27,7 +27,7 @@ site: $(STAMP)           ## static build into site/
 test: $(STAMP)           ## the whole suite
 	$(PY) -m pytest
 
-BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimizers training_loop sharded
+BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimizers training_loop sharded model_parallel
 
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
 	for b in $(BENCHMARKS); do $(PY) -m benchmarks $$b --publish || exit 1; done

@@ -35,10 +35,31 @@ One concept per module, picotron-style, so each file reads in one sitting:
   forward, none backward) and ``vocab_parallel_cross_entropy`` (the softmax loss without
   gathering the logits: allreduces of the row max, the exp-sum and the target logit, ``B T``
   values each, forward; none backward).
+* ``sequence_parallel``: Korthikanti et al. 2022's operators (all-gather / reduce-scatter along
+  the sequence) and the activation bytes a layer keeps with and without them;
+* ``tensor_parallel_model``: the whole GPT under tensor parallelism, optionally with sequence
+  parallelism (``ParallelTransformerLayer``, the vocabulary-parallel embedding and loss,
+  ``finalize_model_grads``), equal to one rank.
+
+* ``moe``: a mixture-of-experts layer (top-k gating, capacity, dropped tokens, the Switch
+  load-balancing loss) with its backward, and ``routing_sweep``;
+* ``expert_parallel``: the same layer with its experts spread over ranks, tokens dispatched and
+  combined by ``alltoallv``.
+
+* ``process_grid``: the world split into tensor-, data-, pipeline- and expert-parallel groups in
+  Megatron-LM's rank order (``Communicator.split``);
+* ``hybrid``: the GPT trained on a ``dp x tp x pp`` grid, equal to single-rank training;
+* ``planner``: every layout of a model on a cluster, its memory per device and predicted step
+  time, the ones that cannot run dropped with the reason, the rest ranked.
 """
-from . import (adam, corpus, fp8, fsdp, low_precision, memory, tensor_parallel, tensor_parallel_attention,
-               transformer, vocab_parallel, zero)
+from . import (adam, corpus, expert_parallel, fp8, fsdp, hybrid, low_precision, memory, moe, planner, process_grid,
+               sequence_parallel, tensor_parallel, tensor_parallel_attention, tensor_parallel_model, transformer,
+               vocab_parallel, zero)
 from .adam import Adam
+from .expert_parallel import ExpertParallelMoE
+from .moe import MoEConfig, MoEStats, moe_backward, moe_forward
+from .process_grid import ProcessGrid
+from .tensor_parallel_model import ParallelTransformerLayer
 from .memory import (MemoryBreakdown, measure_peak_bytes, memory_breakdown, step_peak_elements,
                      zero_paper_memory)
 from .tensor_parallel import (ColumnParallelLinear, ParallelMLP, RowParallelLinear, mlp_comm_bytes,

@@ -9,9 +9,14 @@ Not a test module: tests import it as ``from browser_tools import ...``.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import shutil
+import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -37,3 +42,20 @@ def chromium_or_skip():
             pytest.fail(f"browser test cannot run on CI: {reason}")
         pytest.skip(f"browser test skipped: {reason}")
     return sync_playwright
+
+
+@contextlib.contextmanager
+def serve_directory(directory: Path) -> Iterator[str]:
+    """Serve ``directory`` over HTTP on a free local port for as long as the block runs; yields its URL."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

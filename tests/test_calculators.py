@@ -10,21 +10,19 @@ displayed result with the Python function. Requests that leave 127.0.0.1 are abo
 """
 from __future__ import annotations
 
-import functools
 import json
-import http.server
 import math
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, serve_directory
 
 from reference_impl import calculators as calc
 from reference_impl.comm.communicator import run_threads
@@ -37,9 +35,6 @@ from reference_impl.parallel import zero as parallel_zero
 
 ROOT = Path(__file__).resolve().parents[1]
 ALPHA_BETA = ROOT / "docs" / "assets" / "bench" / "alpha_beta.json"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 # --------------------------------------------------------------------------- Python functions
@@ -233,29 +228,8 @@ def calculator_site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(calculator_site: Path):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(calculator_site)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def _playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "the playwright package is not installed"
-    else:
-        if shutil.which(CHROMIUM):
-            return sync_playwright
-        reason = f"no Chromium at {CHROMIUM} (set CHROMIUM to another binary)"
-    if os.environ.get("CI"):
-        pytest.fail(f"browser test cannot run on CI: {reason}")
-    pytest.skip(f"browser test skipped: {reason}")
+    with serve_directory(calculator_site) as url:
+        yield url
 
 
 def _mem(inputs):
@@ -330,7 +304,7 @@ READ_OUTPUTS = "f => Object.fromEntries([...f.querySelectorAll('output')].map(o 
 
 
 def test_calculator_pages_agree_with_python(server: str) -> None:
-    sync_playwright = _playwright()
+    sync_playwright = chromium_or_skip()
     requests: list[str] = []
     errors: list[str] = []
     with sync_playwright() as p:
@@ -374,7 +348,7 @@ def test_calculator_pages_agree_with_python(server: str) -> None:
 
 def test_sharded_memory_page_shows_the_papers_figures_and_names_bad_counts(server: str) -> None:
     """Figure 1 of the ZeRO paper as the page displays it, and a clear message for a bad count."""
-    sync_playwright = _playwright()
+    sync_playwright = chromium_or_skip()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

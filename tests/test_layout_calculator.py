@@ -12,8 +12,6 @@ It also checks that the Megatron-LM table written on the page is what the planne
 from __future__ import annotations
 
 import dataclasses
-import functools
-import http.server
 import math
 import os
 import re
@@ -21,19 +19,16 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, serve_directory
 
 from reference_impl.parallel import planner as P
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "calculators" / "parallel-layout.md"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SHOW = 20
 PAPER_FEATURES = dict(zero_stages=(0,), recompute=("full",), sequence_parallel=(False,))
 
@@ -102,29 +97,8 @@ def server(tmp_path_factory):
                           env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(site)))
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-
-
-def _playwright():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        reason = "the playwright package is not installed"
-    else:
-        if shutil.which(CHROMIUM):
-            return sync_playwright
-        reason = f"no Chromium at {CHROMIUM} (set CHROMIUM to another binary)"
-    if os.environ.get("CI"):
-        pytest.fail(f"browser test cannot run on CI: {reason}")
-    pytest.skip(f"browser test skipped: {reason}")
+    with serve_directory(site) as url:
+        yield url
 
 
 DEFAULTS = {"preset": "H100", "nodes": 128, "efficiency": 0.62, "layers": 80, "hidden": 8192, "heads": 64,
@@ -168,7 +142,7 @@ def _close(a: str | None, b: float, where: str) -> None:
 
 
 def test_the_page_ranks_and_drops_layouts_as_the_planner_does(server: str) -> None:
-    sync_playwright = _playwright()
+    sync_playwright = chromium_or_skip()
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as pw:

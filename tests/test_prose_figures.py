@@ -63,7 +63,8 @@ class Fact:
 
 # Sources: IEEE Std 802.3bs-2017 (200/400 Gb/s Ethernet) and 802.3df-2024 (800 Gb/s); the
 # InfiniBand Trade Association's roadmap (data rate of a 4x port: EDR 100, HDR 200, NDR 400,
-# XDR 800 Gb/s); NVIDIA H100 Tensor Core GPU datasheet (NVLink 900 GB/s per GPU);
+# XDR 800 Gb/s); NVIDIA H100 Tensor Core GPU datasheet (NVLink 900 GB/s per GPU); NVIDIA A100
+# Tensor Core GPU datasheet (third-generation NVLink, 600 GB/s per GPU);
 # pytorch/pytorch v2.5.1 torch/nn/parallel/distributed.py (bucket_cap_mb = 25);
 # horovod/horovod v0.28.1 horovod/common/operations.cc (fusion threshold 128 MiB, cycle 1 ms);
 # numpy.finfo(numpy.float16); reference_impl/comm/simnet.py (the simulated profiles).
@@ -79,7 +80,7 @@ FACTS = [
         rf"\b{GEN} \((?P<lane>\d+) Gb/s per lane\)",
     )),
     Fact("NVLink bandwidth of an H100, both directions (GB/s)", {"": 900}, "H100 datasheet", (
-        r"NVLink[^.|]{0,60}? (?P<v>\d+) GB/s",
+        r"NVLink[^.|]{0,60}? (?P<v>\d+) GB/s(?! per A100)",
         r"(?P<v>\d+) GB/s (?:of NVLink|per H100|per GPU counting)",
     )),
     Fact("PyTorch DDP bucket_cap_mb default (MiB)", {"": 25}, "torch/nn/parallel/distributed.py", (
@@ -105,6 +106,9 @@ FACTS = [
          {"": INTERCONNECTS["IB-NDR"].latency_s * 1e6}, "reference_impl/comm/simnet.py", (
              r"(?P<v>\d+(?:\.\d+)?) µs for InfiniBand",
          )),
+    Fact("NVLink bandwidth of an A100, both directions (GB/s)", {"": 600}, "A100 datasheet", (
+        r"(?P<v>\d+) GB/s per A100",
+    )),
 ]
 
 

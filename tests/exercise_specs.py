@@ -114,6 +114,25 @@ def fsdp_schedule(n_layers, prefetch=True):
 '''
 
 
+# 20: capacity applied token by token (each token's k choices in turn) instead of GShard's order (every first
+# choice, then every second choice): the same drop count, other tokens dropped; right when k = 1.
+TOKEN_BY_TOKEN = '''
+def keep_within_capacity(experts, capacity, n_experts):
+    T, k = experts.shape
+    if capacity is None:
+        return np.ones((T, k), dtype=bool), 0
+    kept = np.zeros((T, k), dtype=bool)
+    load = np.zeros(n_experts, dtype=np.int64)
+    for t in range(T):  # token by token: each token's k choices in turn
+        for j in range(k):
+            e = experts[t, j]
+            if load[e] < capacity:
+                kept[t, j] = True
+                load[e] += 1
+    return kept, int(T * k - kept.sum())
+'''
+
+
 # --------------------------------------------------------------------------- the table
 
 _TABLE = [
@@ -284,6 +303,34 @@ _TABLE = [
         secrets=("computations[k + 1][1]", "_ref_compute_order", "class _Watched"),
         # every layer kept gathered from its forward to its backward (no re-gather, no prefetch)
         wrong={"keep_gathered": (("fsdp_schedule", KEEP_GATHERED),)},
+    ),
+    Exercise(
+        "19_tensor_parallel", "tensor_parallel.ipynb",
+        ("f_and_g", "ColumnParallelLinear", "RowParallelLinear", "ParallelMLP"),
+        max_score=19.0, tests=9, hidden=5, concept_page="concepts/tensor-and-sequence-parallelism.md",
+        secrets=("_ref_mlp", "return y + self.bias  # once, after the allreduce", "_ref_comm_bytes"),
+        wrong={
+            # f allreduces in the forward too: the replicated input counted p times (and one allreduce too many)
+            "f_allreduces_forward": (("f_and_g", replacing("return x  # nothing to send: x is replicated",
+                                                           "return allreduce(comm, x)")),),
+            # the row-parallel layer adds its replicated bias before g's allreduce: the bias counted p times
+            "bias_before_reduce": (("RowParallelLinear", replacing(
+                "        y = g_forward(self.comm, x_r @ self.weight.T)  # the p partial sums added\n"
+                "        return y + self.bias  # once, after the allreduce",
+                "        return g_forward(self.comm, x_r @ self.weight.T + self.bias)")),),
+        },
+    ),
+    Exercise(
+        "20_moe_dispatch", "moe_dispatch.ipynb", ("keep_within_capacity", "dispatch", "combine", "ExpertParallelMoE"),
+        max_score=20.0, tests=9, hidden=5, concept_page="concepts/moe-and-alltoall.md",
+        secrets=("_ref_keep", "np.add.at(y, t, gates[t, j][:, None] * rows)", "_ref_comm_bytes"),
+        wrong={
+            # GShard's order broken: token by token (loses the capacity and layer value tests, keeps the traffic)
+            "token_by_token": (("keep_within_capacity", TOKEN_BY_TOKEN),),
+            # combine adds the expert outputs without their gates
+            "no_gates": (("combine", replacing("np.add.at(y, t, gates[t, j][:, None] * rows)",
+                                               "np.add.at(y, t, rows)")),),
+        },
     ),
 ]
 

@@ -11,6 +11,12 @@
   (no copy), a strided one is copied; bad ``out`` arguments are refused with a clear error;
 * the pairwise schedule pairs ``r`` with ``r XOR s`` on a power-of-two rank count (MPICH's
   rule) and shifts by ``s`` otherwise, and either way every rank meets every other once.
+* sections ``layouts`` and ``predicted`` (tiny workload, 2 ranks): every layout trains the same
+  model (its losses equal the one-process baseline's, whose first loss is the single-process
+  model's); parameters held and ``zero.zero_memory``'s peaks recomputed; the planner's
+  predictions recomputed from the stored rate and link; the plotter renders them; the loss
+  guard names the layout and step; Kendall's tau; every layout fits its rank count and the
+  planner accepts it; a bad rank count or a missing layouts section is refused.
 """
 from __future__ import annotations
 
@@ -47,11 +53,14 @@ def plotter():
 def test_a_tiny_run_has_the_schema_the_plotter_reads(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(ROOT)  # the mpiexec workers import benchmarks from here
     out = tmp_path / "model_parallel.json"
-    assert mp.main(["--ranks", "2", "--min-bytes", "8", "--max-bytes", "256", "--v-sizes", "1024",
-                    "--forced", "pairwise", "--repeat-scale", "0.1", "--warmup", "1", "--timeout", "100",
-                    "--out", str(out)]) == 0
+    # --only alltoall: the other sections (routing, activations, layouts, predicted) have their own tests
+    machine = {"cpu": "test", "cores": 2, "mpi_library": "MPICH", "date": "2025-01-01T00:00:00+00:00"}
+    out.write_text(json.dumps({"benchmark": "model_parallel", "machine": machine}))
+    assert mp.main(["--only", "alltoall", "--ranks", "2", "--min-bytes", "8", "--max-bytes", "256",
+                    "--v-sizes", "1024", "--forced", "pairwise", "--repeat-scale", "0.1", "--warmup", "1",
+                    "--timeout", "100", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
-    assert doc["benchmark"] == "model_parallel" and len(doc["machine"]["loadavg"]) == 3
+    assert doc["benchmark"] == "model_parallel" and len(doc["section_machines"]["alltoall"]["loadavg"]) == 3
     section = doc["alltoall"]
     assert "MPICH" in section["mpi_library"] and "AlltoAllGetBw" in section["busbw_source"]
     assert [(j["ranks"], j["job"]) for j in section["jobs"]] == [(2, "main"), (2, "forced:pairwise")]
@@ -222,3 +231,158 @@ def test_pairwise_schedule(p):
                 assert (dests[r], sources[r]) == ((r + s) % p, (r - s) % p)
             meets.add((r, dests[r]))
     assert meets == {(a, b) for a in range(p) for b in range(p) if a != b}
+
+
+# ----------------------------------------------------------------- sections layouts and predicted
+
+
+def test_layouts_and_predicted_tiny_run(tmp_path, monkeypatch):
+    """``--only layouts --only predicted`` on 2 MPI ranks with the tiny workload: every row the
+    plotter reads, the closed forms recomputed here, the planner's numbers recomputed from the
+    rates and link the section stored; structure only, no timing asserted."""
+    import os
+
+    from benchmarks import model_parallel_layouts as lay
+    from reference_impl.comm.cost_model import LinkParams
+    from reference_impl.parallel import planner, zero
+    from reference_impl.parallel import transformer as tf
+
+    monkeypatch.chdir(ROOT)  # the mpiexec workers import benchmarks from here
+    out = tmp_path / "model_parallel.json"
+    machine = {"cpu": "test", "cores": 2, "mpi_library": "MPICH", "date": "2025-01-01T00:00:00+00:00"}
+    out.write_text(json.dumps({"benchmark": "model_parallel", "machine": machine}))
+    assert mp.main(["--only", "layouts", "--only", "predicted", "--layouts-ranks", "2", "--layouts-repeats", "2",
+                    "--layouts-workload", "tiny", "--timeout", "100", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    section, pred = doc["layouts"], doc["predicted"]
+    assert set(doc["section_machines"]) == {"layouts", "predicted"}
+    w = lay.WORKLOADS["tiny"]
+    config = w.config()
+    assert section["workload"] == "tiny" and (section["batch"], section["seq"]) == (w.batch, w.seq)
+    [job] = section["jobs"]
+    assert job["ranks"] == 2 and job["oversubscribed"] == (2 > (os.cpu_count() or 1))
+    assert len(job["loadavg_before"]) == len(job["loadavg_after"]) == 3
+
+    rows = section["results"]
+    gpt = {r["layout"]: r for r in rows if r["kind"] == "gpt"}
+    assert list(gpt) == ["1 rank", "DP", "ZeRO-3", "TP2", "TP2+SP", "PP2"]
+    assert sorted(r["layout"] for r in rows if r["kind"] == "moe_layer") == \
+        ["EP2 k=1", "EP2 k=2", "replicated x2 k=1", "replicated x2 k=2"]
+    for r in rows:
+        assert len(r["step_times"]) == 2 and r["step_s"] == pytest.approx(statistics.median(r["step_times"]))
+        assert len(r["peak_bytes_per_rank"]) == r["ranks"] and r["peak_bytes"] == max(r["peak_bytes_per_rank"])
+        assert r["model_state_bytes_per_rank"] == [16 * n for n in r["held_parameters_per_rank"]]
+        assert len(r["losses"]) == 1 + 2  # warm-up and timed steps
+    # the same training everywhere: the baseline's first loss is the single-process model's own
+    tokens, targets = zero.global_batch(0, w.batch, w.seq)
+    loss0, _ = tf.loss_and_grads(tf.init_params(config, dtype=np.float32), tokens, targets, config)
+    assert gpt["1 rank"]["losses"][0] == pytest.approx(float(loss0), rel=1e-5)
+    for r in gpt.values():
+        np.testing.assert_allclose(r["losses"], gpt["1 rank"]["losses"], rtol=lay.LOSS_RTOL)
+    # parameters held, from the model's own counts; the closed-form peaks of zero.zero_memory
+    assert gpt["1 rank"]["held_parameters_per_rank"] == [tf.n_params(config)]
+    assert gpt["DP"]["held_parameters_per_rank"] == [zero.padded_params(config, 2)] * 2
+    assert gpt["ZeRO-3"]["held_parameters_per_rank"] == [zero.padded_params(config, 2) // 2] * 2
+    assert all(max(gpt[n]["held_parameters_per_rank"]) < tf.n_params(config) for n in ("TP2", "TP2+SP", "PP2"))
+    for name, stage in (("DP", 0), ("ZeRO-3", 3)):
+        closed = zero.zero_memory(config, w.batch // 2, w.seq, stage=stage, ranks=2, prefetch=False, itemsize=4)
+        assert gpt[name]["predicted_peak_bytes"] == closed["peak"]
+        assert gpt[name]["peak_bytes"] == pytest.approx(closed["peak"], rel=0.15)  # tracemalloc, not a timing
+    moe = {r["layout"]: r for r in rows if r["kind"] == "moe_layer"}
+    for k in (1, 2):
+        ep, rep = moe[f"EP2 k={k}"], moe[f"replicated x2 k={k}"]
+        np.testing.assert_allclose(ep["losses"], rep["losses"], rtol=lay.LOSS_RTOL)
+        assert rep["held_parameters_per_rank"][0] == sum(int(np.prod(s)) for s in moe_shapes(w, k).values())
+        assert ep["held_parameters_per_rank"][0] < rep["held_parameters_per_rank"][0]
+
+    # predicted: the planner's own numbers for the stored rate and link
+    link = LinkParams(pred["link"]["alpha"], pred["link"]["beta"], pred["link"]["gamma"])
+    assert pred["flops_per_s"] == {"2": gpt["1 rank"]["flops_per_s"]}
+    assert gpt["1 rank"]["flops_per_s"] == pytest.approx(
+        tf.step_flops(config, w.batch, w.seq)["total"] / gpt["1 rank"]["forward_backward_s"])
+    model = planner.Model.from_config(config, w.seq, precision="fp32")
+    assert [r["layout"] for r in pred["rows"]] == ["DP", "ZeRO-3", "TP2", "TP2+SP", "PP2"]
+    for r in pred["rows"]:
+        m = gpt[r["layout"]]
+        layout = planner.Layout(tp=m["tp"], pp=m["pp"], dp=m["dp"], zero=m["zero"],
+                                micro_batch=w.batch // (m["dp"] * m["microbatches"]),
+                                sequence_parallel=m["sequence_parallel"])
+        est = planner.predict_step(layout, model, planner.local_cluster(r["flops_per_s"], link, 2), w.batch)
+        assert r["predicted_s"] == pytest.approx(est.step_s) and r["ratio"] == pytest.approx(est.step_s / m["step_s"])
+        assert r["predicted_memory_bytes"] == pytest.approx(est.memory["total"])
+        assert r["within_target"] == (abs(r["ratio"] - 1) <= lay.TARGET)
+    [ranking] = pred["ranking"]
+    assert ranking["measured_order"] == [r["layout"] for r in sorted(pred["rows"], key=lambda r: r["measured_s"])]
+    assert ranking["predicted_order"] == [r["layout"] for r in sorted(pred["rows"], key=lambda r: r["predicted_s"])]
+    told_apart = [(a, b) for i, a in enumerate(pred["rows"]) for b in pred["rows"][i + 1:]
+                  if abs(a["predicted_s"] / b["predicted_s"] - 1) > lay.DECISIVE]
+    assert ranking["decisive_pairs"] == len(told_apart)
+    assert ranking["decisive_agree"] == sum((a["predicted_s"] < b["predicted_s"]) == (a["measured_s"] < b["measured_s"])
+                                            for a, b in told_apart)
+
+    figures, summary = plotter().plot(out, doc)
+    assert set(figures) == {"layouts", "layouts-moe", "predicted"}
+    assert all(f.lstrip().startswith(b"<?xml") and b"<svg" in f[:1000] for f in figures.values())
+    assert "| 1 | 1 rank (baseline of the 2-rank job) |" in summary and "| 2 | EP2 k=2 |" in summary and "predicted / measured" in summary
+
+
+def moe_shapes(w, k):
+    from reference_impl.parallel import moe
+
+    return moe.param_shapes(moe.MoEConfig(n_embd=w.n_embd, n_experts=8, top_k=k))
+
+
+def test_predicted_needs_the_layouts_section(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "model_parallel.json"
+    out.write_text(json.dumps({"benchmark": "model_parallel", "machine": {}}))
+    with pytest.raises(SystemExit):
+        mp.main(["--only", "predicted", "--out", str(out)])
+    assert "the predicted section needs the layouts section" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        mp.main(["--only", "layouts", "--layouts-ranks", "3", "--out", str(out)])
+    assert "--layouts-ranks '3' must name some of [2, 4] (not [3])" in capsys.readouterr().err
+
+
+def test_loss_check_names_the_layout_and_step():
+    from benchmarks import model_parallel_layouts as lay
+
+    ok = {"1 rank": [4.0, 3.5], "DP": [4.0 * (1 + 1e-6), 3.5], "TP2": [4.0, 3.5 * (1 - 2e-5)]}
+    assert lay.check_losses(ok, "1 rank") == pytest.approx(2e-5)
+    with pytest.raises(AssertionError,
+                       match=r"layout PP2: loss 3\.6 at step 1 differs from 1 rank's 3\.5 by 2\.86e-02"):
+        lay.check_losses({**ok, "PP2": [4.0, 3.6]}, "1 rank")
+    with pytest.raises(AssertionError, match="layout PP2: 1 losses, 1 rank has 2"):
+        lay.check_losses({**ok, "PP2": [4.0]}, "1 rank")
+
+
+def test_kendall_and_slowest():
+    from benchmarks import model_parallel_layouts as lay
+
+    assert lay.kendall(["a", "b", "c"], ["a", "b", "c"]) == (1.0, [])
+    assert lay.kendall(["a", "b", "c"], ["c", "b", "a"]) == (-1.0, [["a", "b"], ["a", "c"], ["b", "c"]])
+    tau, swapped = lay.kendall(["a", "b", "c", "d"], ["b", "a", "c", "d"])
+    assert swapped == [["a", "b"]] and tau == pytest.approx(1 - 2 / 6)
+    with pytest.raises(ValueError, match="different names"):
+        lay.kendall(["a", "b"], ["a", "c"])
+    assert lay.slowest([[1.0, 5.0, 2.0], [3.0, 1.0, 2.5]]) == [3.0, 5.0, 2.5]
+
+
+def test_every_layout_fits_its_rank_count():
+    """Each layout's grid fills its job (dp x tp x pp = ranks), its micro-batches split the batch
+    and the planner accepts it: the sections can never measure a layout the planner refuses."""
+    from benchmarks import model_parallel_layouts as lay
+    from reference_impl.comm.cost_model import LinkParams
+    from reference_impl.parallel import planner
+
+    for name, w in lay.WORKLOADS.items():
+        model = planner.Model.from_config(w.config(), w.seq, precision="fp32")
+        for ranks, specs in lay.GPT_LAYOUTS.items():
+            cluster = planner.local_cluster(1e10, LinkParams(1e-6, 1e-10), ranks)
+            for spec in specs:
+                row = lay.layout_fields(lay.resolve(spec, w))
+                assert row["dp"] * row["tp"] * row["pp"] == ranks, (name, spec)
+                assert w.batch % (row["dp"] * row["microbatches"]) == 0, (name, spec)
+                est = planner.predict_step(lay._planner_layout(row, w.batch), model, cluster, w.batch)
+                assert est.kind in (None, "memory"), (name, spec, est.reason)
+    with pytest.raises(ValueError, match=r"no layouts for rank counts \[3\]"):
+        lay.layouts_section((3,))

@@ -77,6 +77,7 @@ def bruck_blocks_per_step(p: int) -> list[int]:
     return counts
 
 
+# --8<-- [start:pairwise]
 def pairwise_peers(p: int, r: int, s: int) -> tuple[int, int]:
     """Step ``s`` (1..p-1) of the pairwise exchange on rank ``r``: (rank sent to, rank received from).
 
@@ -94,8 +95,10 @@ def _pairwise(comm: Communicator, send: Any, out: Any) -> None:
     for s in range(1, p):
         dest, source = pairwise_peers(p, r, s)
         comm.sendrecv(send[dest, ...], dest, out[source, ...], source)
+# --8<-- [end:pairwise]
 
 
+# --8<-- [start:bruck]
 def _bruck(comm: Communicator, xp: Any, send: Any, out: Any) -> None:
     """Bruck's index algorithm on 2-D ``send``/``out`` of shape ``(p, m)`` (see the module docstring)."""
     p, r = comm.size, comm.rank
@@ -113,6 +116,7 @@ def _bruck(comm: Communicator, xp: Any, send: Any, out: Any) -> None:
         bit *= 2
     for i in range(p):  # (3) index i came from rank r - i
         out[(r - i) % p, ...] = work[i, ...]
+# --8<-- [end:bruck]
 
 
 def alltoall(comm: Communicator, x: Any, algorithm: str = "pairwise", out: Any = None) -> Any:

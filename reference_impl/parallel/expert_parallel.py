@@ -133,6 +133,7 @@ class ExpertParallelMoE:
         self.first = comm.rank * self.n_local
 
     # -------------------------------------------------------------- forward
+    # --8<-- [start:forward]
     def forward(self, x: np.ndarray) -> np.ndarray:
         cfg, ep, C = self.cfg, self.comm.size, self.cfg.n_embd
         if x.ndim != 2 or x.shape[1] != C:
@@ -160,6 +161,7 @@ class ExpertParallelMoE:
         y = np.zeros_like(x)
         np.add.at(y, self.t, self.routing.gates[self.t, self.j][:, None] * self.out)
         return y
+    # --8<-- [end:forward]
 
     @property
     def stats(self) -> moe.MoEStats:

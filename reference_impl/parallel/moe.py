@@ -145,11 +145,13 @@ def init_params(cfg: MoEConfig, seed: int = 0, dtype: type = np.float64, std: fl
     return params
 
 
+# --8<-- [start:capacity]
 def expert_capacity(n_tokens: int, cfg: MoEConfig) -> int | None:
     """Assignments one expert may take from a group of ``n_tokens``: Megatron's ``get_capacity``."""
     if cfg.capacity_factor is None:
         return None
     return math.ceil((n_tokens * cfg.top_k / cfg.n_experts) * cfg.capacity_factor)
+# --8<-- [end:capacity]
 
 
 # ------------------------------------------------------------------ routing
@@ -212,6 +214,7 @@ def _check_groups(group_sizes: Sequence[int] | None, T: int) -> tuple[int, ...]:
     return sizes
 
 
+# --8<-- [start:keep]
 def keep_within_capacity(experts: np.ndarray, gates: np.ndarray, capacity: int | None,
                          n_experts: int, policy: str) -> np.ndarray:
     """``(T, k)`` bool: which assignments of one group each expert keeps, by ``policy``'s priority."""
@@ -230,6 +233,7 @@ def keep_within_capacity(experts: np.ndarray, gates: np.ndarray, capacity: int |
     kept = np.empty(T * k, dtype=bool)
     kept[order] = rank < capacity
     return kept.reshape(T, k)
+# --8<-- [end:keep]
 
 
 def route(wg: np.ndarray, x: np.ndarray, cfg: MoEConfig, group_sizes: Sequence[int] | None = None,
@@ -244,6 +248,7 @@ def route(wg: np.ndarray, x: np.ndarray, cfg: MoEConfig, group_sizes: Sequence[i
     if wg.shape != (E, C):
         raise ValueError(f"MoE router: wg has shape {wg.shape}, expected (n_experts, n_embd) = {(E, C)}")
     sizes = _check_groups(group_sizes, T)
+    # --8<-- [start:router]
     logits = x @ wg.T
     m = logits.max(axis=1, keepdims=True)
     probs = np.exp(logits - m)
@@ -259,6 +264,7 @@ def route(wg: np.ndarray, x: np.ndarray, cfg: MoEConfig, group_sizes: Sequence[i
         experts = np.argsort(-probs, axis=1, kind="stable")[:, :k]
     chosen = np.take_along_axis(probs, experts, axis=1)
     gates = chosen if k == 1 else chosen / chosen.sum(axis=1, keepdims=True)
+    # --8<-- [end:router]
 
     G = len(sizes)
     kept = np.empty((T, k), dtype=bool)
@@ -274,8 +280,10 @@ def route(wg: np.ndarray, x: np.ndarray, cfg: MoEConfig, group_sizes: Sequence[i
         routed[g] = np.bincount(experts[rows].ravel(), minlength=E)
         processed[g] = np.bincount(experts[rows][kept[rows]], minlength=E)
         if n:
+            # --8<-- [start:aux_loss]
             f, P = routed[g] / (n * k), probs[rows].mean(axis=0)
             aux[g] = cfg.aux_loss_coeff * E * float(f @ P)
+            # --8<-- [end:aux_loss]
             zl[g] = cfg.z_loss_coeff * float(np.mean(lse[rows] ** 2))
         start += n
     stats = MoEStats(routed, processed, tuple(caps), T, k, int((~kept.any(axis=1)).sum()))

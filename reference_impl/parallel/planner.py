@@ -326,6 +326,7 @@ class Layout:
                 f"recompute={self.recompute}")
 
 
+# --8<-- [start:group_link]
 def group_link(cluster: Cluster, stride: int, size: int) -> tuple[LinkParams, str]:
     """The link a group of ``size`` ranks ``stride`` apart uses, and where it runs.
 
@@ -338,6 +339,7 @@ def group_link(cluster: Cluster, stride: int, size: int) -> tuple[LinkParams, st
     members = max(1, min(size, g // stride)) if stride < g else 1
     beta = max(cluster.inter.beta / members, cluster.intra.beta)
     return LinkParams(cluster.inter.alpha, beta, cluster.inter.gamma), f"network x{members}"
+# --8<-- [end:group_link]
 
 
 # ------------------------------------------------------------------ memory
@@ -497,6 +499,7 @@ class Estimate:
                 RECOMPUTE.index(L.recompute), L.sequence_parallel, L.micro_batch)
 
 
+# --8<-- [start:check]
 def check(layout: Layout, model: Model, cluster: Cluster, global_batch: int) -> tuple[str, str] | None:
     """Why ``layout`` cannot run at all (``(kind, reason)``), or None. Memory is not checked here."""
     L = layout
@@ -517,6 +520,7 @@ def check(layout: Layout, model: Model, cluster: Cluster, global_batch: int) -> 
         return "zero_pp", (f"ZeRO-{L.zero} shards the gradients that pipeline parallelism accumulates over "
                            "micro-batches (DeepSpeed refuses ZeRO-2/3 with pp > 1)")
     return None
+# --8<-- [end:check]
 
 
 def _validate_layout(layout: Layout) -> None:

@@ -148,6 +148,7 @@ class GridLayout:
             raise ValueError(f"ProcessGrid: unknown group kind {kind!r}; expected one of {GROUP_KINDS}")
         return orthogonal_groups(self.expert_axes if kind in ("ep", "expert_dp") else self.dense_axes, kind)
 
+    # --8<-- [start:rank_order]
     def coords_of(self, rank: int) -> GridCoords:
         """``rank = tp + TP * dp + TP * DP * pp`` (TP fastest, PP slowest); ``dp = ep + EP * expert_dp``."""
         if not 0 <= rank < self.size:
@@ -162,6 +163,7 @@ class GridLayout:
             if not 0 <= value < size:
                 raise ValueError(f"ProcessGrid: {name}={value} is outside 0..{size - 1}")
         return tp + self.tp * (dp + self.dp * pp)
+    # --8<-- [end:rank_order]
 
 
 class ProcessGrid:

@@ -89,6 +89,7 @@ def split_sequence(comm: Communicator, x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x[:, comm.rank * n:(comm.rank + 1) * n])
 
 
+# --8<-- [start:sequence_collectives]
 def all_gather_sequence(comm: Communicator, x_shard: np.ndarray) -> np.ndarray:
     """``(B, T/p, C)`` shards -> the full ``(B, T, C)`` on every rank: ring all-gather of ``(p-1)/p`` of it."""
     if comm.size == 1:
@@ -108,6 +109,7 @@ def reduce_scatter_sequence(comm: Communicator, x: np.ndarray) -> np.ndarray:
     seq_first = np.ascontiguousarray(x.transpose(1, 0, 2))  # (T, B, C): rank r's chunk is its rows
     mine = reduce_scatter(comm, seq_first)
     return np.ascontiguousarray(mine.reshape(n, B, C).transpose(1, 0, 2))
+# --8<-- [end:sequence_collectives]
 
 
 # ------------------------------------------------------------------ conjugate operator pairs
@@ -120,6 +122,7 @@ class Conjugate:
     backward: Callable[[Communicator, np.ndarray], np.ndarray]
 
 
+# --8<-- [start:conjugates]
 # Megatron's names (mappings.py); the paper's letters in ``name``.
 copy_to_tensor_model_parallel_region = Conjugate("f: identity / allreduce", f_forward, f_backward)
 reduce_from_tensor_model_parallel_region = Conjugate("g: allreduce / identity", g_forward, g_backward)
@@ -135,6 +138,7 @@ def sublayer_conjugates(sequence_parallel: bool) -> tuple[Conjugate, Conjugate]:
     if sequence_parallel:
         return gather_from_sequence_parallel_region, reduce_scatter_to_sequence_parallel_region
     return copy_to_tensor_model_parallel_region, reduce_from_tensor_model_parallel_region
+# --8<-- [end:conjugates]
 
 
 # ------------------------------------------------------------------ activation memory, closed form

@@ -57,6 +57,7 @@ MLP_NAMES = ("mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_pro
 
 
 # ------------------------------------------------------------------ the conjugate operators
+# --8<-- [start:conjugates]
 def f_forward(comm: Communicator, x: np.ndarray) -> np.ndarray:
     """``copy_to_tensor_model_parallel_region`` forward: the identity (every rank has ``x``)."""
     return x
@@ -75,6 +76,7 @@ def g_forward(comm: Communicator, y: np.ndarray) -> np.ndarray:
 def g_backward(comm: Communicator, dy: np.ndarray) -> np.ndarray:
     """``reduce_from_tensor_model_parallel_region`` backward: the identity."""
     return dy
+# --8<-- [end:conjugates]
 
 
 def _allreduce(comm: Communicator, x: np.ndarray) -> np.ndarray:
@@ -84,6 +86,7 @@ def _allreduce(comm: Communicator, x: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ the two linears
+# --8<-- [start:linears]
 @dataclass
 class ColumnParallelLinear:
     """Rank ``r``'s rows of an ``(out, in)`` weight: ``y_r = x @ W_r.T + b_r``, no communication.
@@ -122,6 +125,7 @@ class RowParallelLinear:
     def backward(self, dy: np.ndarray, x_r: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         dy = g_backward(self.comm, dy)
         return dy @ self.weight, {"weight": _weight_grad(dy, x_r), "bias": dy.sum(axis=(0, 1))}
+# --8<-- [end:linears]
 
 
 # ------------------------------------------------------------------ the MLP block

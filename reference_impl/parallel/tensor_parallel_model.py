@@ -197,6 +197,7 @@ class ParallelTransformerLayer:
         self.mlp = ParallelMLP(_LOCAL, middle, i, config.activation)
         self.cache: dict[str, np.ndarray] = {}
 
+    # --8<-- [start:sublayer]
     def _sublayer_forward(self, sublayer: ParallelAttention | ParallelMLP, a: np.ndarray, bias: np.ndarray,
                           key: str) -> np.ndarray:
         out = self.exit.forward(self.comm, sublayer.forward(self.enter.forward(self.comm, a)))
@@ -212,7 +213,9 @@ class ParallelTransformerLayer:
             sublayer.cache["x"] = all_gather_sequence(self.comm, self.cache.pop(key))
         da_partial, grads = sublayer.backward(self.exit.backward(self.comm, dout))
         return self.enter.backward(self.comm, da_partial), grads, dout.sum(axis=(0, 1))
+    # --8<-- [end:sublayer]
 
+    # --8<-- [start:layer_forward]
     def forward(self, x: np.ndarray) -> np.ndarray:
         p = f"h.{self.i}."
         a1, xhat1, rstd1 = _layer_norm(x, self.shards[p + "ln_1.weight"], self.shards[p + "ln_1.bias"])
@@ -223,6 +226,7 @@ class ParallelTransformerLayer:
         out += x2  # residual
         self.cache.update(xhat1=xhat1, rstd1=rstd1, xhat2=xhat2, rstd2=rstd2)
         return out
+    # --8<-- [end:layer_forward]
 
     def backward(self, dout: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         p = f"h.{self.i}."

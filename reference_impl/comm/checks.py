@@ -9,9 +9,8 @@ rank, and what this rank passed.
 """
 from __future__ import annotations
 
-import contextlib
 from types import ModuleType
-from typing import Any, Iterator
+from typing import Any
 
 from ..backend import namespace_of
 from .communicator import CommError, Communicator
@@ -35,27 +34,32 @@ def check_input(comm: Communicator, x: Any, op: str | None, who: str) -> ModuleT
     return xp
 
 
-@contextlib.contextmanager
-def explain_mismatch(
-    comm: Communicator,
-    who: str,
-    x: Any,
-    rule: str = "the same number of elements and the same dtype",
-    algorithm: str | None = None,
-) -> Iterator[None]:
-    """Re-raise a ``CommError`` from inside the block with the collective's name and this rank's input.
+class explain_mismatch:
+    """Re-raise a ``CommError`` from inside the ``with`` block with the collective's name and this rank's input.
 
     ``rule`` says what every rank must agree on, e.g. ``"the same dtype"`` for allgather;
-    ``algorithm`` is named too when the collective has several.
+    ``algorithm`` is named too when the collective has several. A class rather than a
+    ``contextlib.contextmanager`` generator: it wraps every collective call, and entering a
+    generator-based manager costs several times more.
     """
-    try:
-        yield
-    except CommError as exc:
+
+    __slots__ = ("comm", "who", "x", "rule", "algorithm")
+
+    def __init__(self, comm: Communicator, who: str, x: Any,
+                 rule: str = "the same number of elements and the same dtype", algorithm: str | None = None):
+        self.comm, self.who, self.x, self.rule, self.algorithm = comm, who, x, rule, algorithm
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> bool:
+        if not isinstance(exc, CommError):
+            return False
         n_elements = 1
-        for d in x.shape:
+        for d in self.x.shape:
             n_elements *= d
         raise CommError(
-            f"{who} on rank {comm.rank} (input of {n_elements} elements, {x.dtype}"
-            f"{'' if algorithm is None else f', algorithm {algorithm!r}'}): {exc}. "
-            f"Every rank must call {who} with {rule}."
+            f"{self.who} on rank {self.comm.rank} (input of {n_elements} elements, {self.x.dtype}"
+            f"{'' if self.algorithm is None else f', algorithm {self.algorithm!r}'}): {exc}. "
+            f"Every rank must call {self.who} with {self.rule}."
         ) from exc

@@ -131,7 +131,7 @@ def check_notebook(
         hidden = [course.root, repo_root() / ".git", root] + [
             scratch / name for name in ("jupyter-data", "jupyter-runtime", "jupyter-config", "ipython")]
         kernel = plan_kernel(scratch, hidden + ([cache] if cache is not None else []), cpu_s=cpu_s, device=device)
-        if cache is not None and kernel.uid is not None:  # only a kernel of its own user cannot reach it
+        if cache is not None and (kernel.uid is not None or kernel.bwrap):  # only a walled-in kernel cannot reach it
             argv += ["--cache", str(cache)]
         network_off = network_isolation_available()
         env = child_environment(scratch, kernel)
@@ -383,12 +383,15 @@ def _isolation(report: Path, network_off: bool, memory_mb: int, cpu_s: int, time
         "memory": f"{memory_mb} MiB address space" if memory_mb > 0 else "not limited (--memory-mb 0)",
         "cpu": f"{cpu_s} s CPU time",
         "network": "off (a network namespace with only loopback)" if network_off
-        else "on: not available here (needs root and network namespaces)",
+        else "on: not available here (needs root or user namespaces)",
+        "memory_cap": "RLIMIT_AS (address space) only: no cgroup memory limit is set"
+        if memory_mb > 0 else "none",
     }
     if jail:
         facts["processes"] = jail.get("processes", "not reported")
         facts["files"] = jail.get("files", "not reported")
         facts["kernel_cwd"] = jail.get("cwd", "not reported")
+        facts["sandbox"] = jail.get("sandbox", "root: private mount namespace and private user")
     else:
         facts["processes"] = facts["files"] = "unknown: the kernel did not start"
     return facts

@@ -1,6 +1,7 @@
-"""Command line. Learners: ``start NN`` (their own copy of an assignment), ``check NOTEBOOK``
-and ``list``. Instructors: ``release``, ``collect DIR``, ``autograde``, ``feedback`` and
-``export`` (grader/instructor.py).
+"""Command line. Learners: ``start NN`` (their own copy of an assignment), ``check NOTEBOOK``,
+``list``, and ``progress --export FILE`` (best scores for the site's practice page).
+Instructors: ``release``, ``collect DIR``, ``autograde``, ``feedback`` and ``export``
+(grader/instructor.py).
 
 Exit status (also in every command's ``--help``):
 
@@ -31,8 +32,8 @@ from .instructor import (
 from .release import DEFAULT_TIMEOUT as RELEASE_TIMEOUT
 from .release import ReleaseFailed, ReleaseLeak, release_all, start
 from .report import render_table
-from .sandbox import DEFAULT_MEMORY_MB
-from .scores import read_scores, record_result, render_list
+from .sandbox import DEFAULT_MEMORY_MB, sandbox_problem
+from .scores import read_scores, record_result, render_list, write_progress_export
 from .watch import DEFAULT_POLL, watch
 
 EXIT_OK, EXIT_INPUT, EXIT_INCOMPLETE = 0, 2, 3
@@ -85,6 +86,12 @@ def _limits(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--memory-mb", type=int, default=DEFAULT_MEMORY_MB, metavar="MIB",
         help="address-space limit of the grading process in MiB (0: none)",
+    )
+    command.add_argument(
+        "--trusted", action="store_true",
+        help="run the notebooks even where the learner's code cannot be sandboxed (not root, and no "
+             "bubblewrap or user namespaces): the code then runs as you and may read and change your "
+             "files. Only for notebooks you trust, such as your own",
     )
 
 
@@ -143,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
                       "Show every assignment of the course with the best and the latest score of `check`.")
     listing.add_argument("--feedback-dir", type=Path, default=Path("grader-feedback"), metavar="DIR",
                          help="where `check` recorded the scores")
+    progress = command("progress", "export your best scores for the site's practice page",
+                       "Write FILE: the best score of every assignment you have checked, as JSON (format "
+                       "dl-lab-grader-scores, version 1) that the practice page's dashboard imports.")
+    progress.add_argument("--export", type=Path, required=True, metavar="FILE", help="the JSON file to write")
+    progress.add_argument("--feedback-dir", type=Path, default=Path("grader-feedback"), metavar="DIR",
+                          help="where `check` recorded the scores")
 
     def workspace(sub: argparse.ArgumentParser) -> None:
         sub.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE, metavar="DIR",
@@ -192,9 +205,20 @@ def _show_progress(event: dict) -> None:
         print(f"  {kind} {event['cell']}: {word}, {event['seconds']:.2f} s", file=sys.stderr, flush=True)
 
 
+def _untrusted_refused(args: argparse.Namespace) -> str | None:
+    """Why learners' code may not run here, unless ``--trusted`` (None: it may)."""
+    problem = sandbox_problem()
+    if problem is None or args.trusted:
+        return None
+    return (f"refusing to run notebooks without a sandbox: {problem}. Pass --trusted to run them anyway "
+            "(their code then runs as you, with your files)")
+
+
 def _check(args: argparse.Namespace) -> int:
     if args.max_runs is not None and not args.watch:
         return _fail("--max-runs only makes sense with --watch", EXIT_INPUT)
+    if refused := _untrusted_refused(args):
+        return _fail(refused, EXIT_INPUT)
     course = Course.at(args.course)
     status = EXIT_OK
 
@@ -258,6 +282,12 @@ def _list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _progress(args: argparse.Namespace) -> int:
+    path, count = write_progress_export(args.feedback_dir, args.export)
+    print(f"{path}: best scores of {count} assignments; import it on the practice page (Your progress)")
+    return EXIT_OK
+
+
 def _collect(args: argparse.Namespace) -> int:
     collected = collect(args.folder, args.workspace)
     students = {s.student for s in collected}
@@ -268,6 +298,8 @@ def _collect(args: argparse.Namespace) -> int:
 def _autograde(args: argparse.Namespace) -> int:
     if args.cell_timeout is not None and args.cell_timeout <= 0:
         return _fail(f"--cell-timeout must be a positive number of seconds, got {args.cell_timeout}", EXIT_INPUT)
+    if refused := _untrusted_refused(args):
+        return _fail(refused, EXIT_INPUT)
     course = Course.at(args.course)
 
     def show(r: dict) -> None:
@@ -316,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     # kills the grading child on the way out instead of leaving it running.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        commands = {"start": _start, "check": _check, "release": _release, "list": _list, "collect": _collect,
+        commands = {"start": _start, "check": _check, "release": _release, "list": _list, "progress": _progress,
+                    "collect": _collect,
                     "autograde": _autograde, "feedback": _feedback, "export": _export}
         return commands[args.command](args)
     except InputProblem as exc:

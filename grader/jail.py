@@ -20,12 +20,28 @@ CONNECTION_FILE``, and this module, before it replaces itself with the kernel:
   folder of its own, not next to the grader's files;
 * writes what it did enforce to the plan's ``report`` file, which ``check`` shows.
 
+When the plan names bubblewrap (``bwrap``: always without root, and as root on top of the
+private user when it is installed), the kernel starts inside it (``bwrap_argv``): user, pid, IPC and UTS namespaces of its own (it sees no process
+of the grader, so it can neither read their ``/proc/<pid>/environ`` nor signal or trace
+them), dying with its parent; a mount namespace built from an allow-list: the system
+(``/usr``, ``/etc``) and the interpreter read-only, ``reference_impl`` and ``grader`` (the
+test cells import them) read-only at their place in an otherwise empty repository, a
+private ``/tmp``, and the kernel's own folder, its only writable place. The user's home
+(caches, ``~/.ipython``, ``~/.jupyter``...), the rest of the repository (the source
+notebooks), the scratch course (gradebook, other submissions) and the generated-assignment
+cache do not exist there; the new root is read-only, and the kernel's folder, ``/tmp``,
+``/var/tmp`` and ``/dev/shm`` are tmpfs of 256 MiB each. Processes are capped with
+``RLIMIT_NPROC``, which in a user namespace of its own counts that namespace's processes
+only. As root without bubblewrap, the jail itself lays such tmpfs over ``/tmp``,
+``/var/tmp``, ``/dev/shm`` and the kernel's folder (``private_scratch``).
+
 Network isolation is not done here: the kernel talks to nbgrader over loopback TCP, so the
 whole grading child gets a network namespace of its own (``sandbox.run_limited``).
 """
 from __future__ import annotations
 
 import ctypes
+import glob
 import json
 import os
 import shutil
@@ -67,6 +83,29 @@ def hide_paths(paths: list[str]) -> list[str]:
                   ctypes.c_ulong(MS_RDONLY | MS_NOSUID | MS_NODEV), b"size=16k,mode=0555")
         hidden.append(path)
     return hidden
+
+
+def private_scratch(home: Path, uid: int, connection: bytes) -> list[str]:
+    """As root, in the kernel's mount namespace: a small tmpfs over ``/tmp``, ``/var/tmp`` and
+    ``/dev/shm`` (filling them fills no disk, and the grader's files and sockets there are gone)
+    and over the kernel's folder, owned by ``uid``, with the connection file and the usual
+    sub-folders in it. Returns the folders so covered."""
+    covered = []
+    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        if os.path.isdir(folder) and not os.path.islink(folder):
+            libc_call("mount", b"tmpfs", folder.encode(), b"tmpfs", flags, f"size={SCRATCH_BYTES},mode=1777".encode())
+            covered.append(folder)
+    home.mkdir(parents=True, exist_ok=True)
+    libc_call("mount", b"tmpfs", str(home).encode(), b"tmpfs", flags,
+              f"size={SCRATCH_BYTES},mode=0700,uid={uid},gid={uid}".encode())
+    covered.append(str(home))
+    for sub in ("work", "ipython", "runtime", "config", "tmp"):
+        (home / sub).mkdir()
+        os.chown(home / sub, uid, uid)
+    (home / "connection.json").write_bytes(connection)
+    os.chown(home / "connection.json", uid, uid)
+    return covered
 
 
 def _blocking_ancestor(path: Path) -> Path | None:
@@ -115,6 +154,57 @@ def expose_paths(paths: list[Path]) -> list[str]:
     return exposed
 
 
+SCRATCH_BYTES = 256 * 1024 * 1024  # each writable tmpfs of a kernel (its folder, /tmp, /var/tmp, /dev/shm)
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")  # read-only; /bin, /lib... are links into /usr or bound too
+
+
+def _under(path: str, folders: list[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def bwrap_argv(bwrap: str, plan: dict[str, Any], home: Path, env: dict[str, str]) -> list[str]:
+    """The ``bwrap`` options that wall in the kernel (see the module docstring)."""
+    import site
+
+    argv = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--clearenv"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *SYSTEM_DIRS):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/run"]
+    if plan.get("device") == "gpu":  # CUDA's device files (untested here: no GPU in the suite's runs)
+        for device in sorted(glob.glob("/dev/nvidia*")):
+            argv += ["--dev-bind", device, device]
+    for scratch in ("/tmp", "/var/tmp", "/dev/shm"):  # private, and small: filling them fills no one's disk
+        argv += ["--size", str(SCRATCH_BYTES), "--tmpfs", scratch]
+    exposed: list[str] = []
+    candidates = [sys.base_prefix, sys.prefix, os.path.dirname(sys.executable), *site.getsitepackages()]
+    if site.ENABLE_USER_SITE:
+        candidates.append(site.getusersitepackages())
+    candidates += [os.path.join(repo, name) for repo in plan["expose"] for name in ("reference_impl", "grader")]
+    for path in candidates:
+        real = os.path.realpath(path)
+        for one in dict.fromkeys((path, real)):  # the path as named (a venv's link) and where it leads
+            if os.path.isdir(one) and not _under(one, ["/usr", "/etc"]) and one not in exposed:
+                exposed.append(one)
+    for path in sorted(exposed, key=len):
+        argv += ["--ro-bind", path, path]
+    # a folder to hide that lies inside an exposed one (a cache under the venv, say) is covered
+    for path in plan["hide"]:
+        if os.path.isdir(path) and _under(path, exposed + list(SYSTEM_DIRS)):
+            argv += ["--tmpfs", path, "--remount-ro", path]
+    # its folder: a small tmpfs of its own (not the disk), holding a read-only copy of the connection file
+    argv += ["--size", str(SCRATCH_BYTES), "--perms", "0700", "--tmpfs", str(home)]
+    argv += [arg for sub in ("work", "ipython", "runtime", "config", "tmp") for arg in ("--dir", str(home / sub))]
+    argv += ["--ro-bind", str(home / "connection.json"), str(home / "connection.json"), "--chdir", str(home / "work")]
+    argv += ["--remount-ro", "/"]  # the new root's own tmpfs: no writing beside the mounts above
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    return argv + ["--"]
+
+
 def main(argv: list[str]) -> None:
     if "--" not in argv or argv[:1] != ["--plan"]:
         raise SystemExit("usage: python -m grader.jail --plan PLAN.json -- KERNEL ARGV...")
@@ -128,22 +218,40 @@ def main(argv: list[str]) -> None:
     uid = plan.get("uid")
     if uid is not None:  # root: hide the course, then become the run's private user
         # The connection file (ports and signing key) is the grader's; the kernel gets a copy
-        # (taken before its folder is hidden).
+        # (read before its folder is hidden, written into the kernel's own tmpfs).
         index = kernel.index("-f") + 1
-        copy = home / "connection.json"
-        shutil.copyfile(kernel[index], copy)
-        os.chown(copy, uid, uid)
-        kernel[index] = str(copy)
+        connection = Path(kernel[index]).read_bytes()
         report["hidden"] = hide_paths(plan["hide"])
+        report["scratch"] = private_scratch(home, uid, connection)
+        kernel[index] = str(home / "connection.json")
         report["exposed"] = expose_paths(
             [Path(sys.base_prefix), Path(sys.prefix), Path(kernel[0]).parent, home, *map(Path, plan["expose"])],
         )
         resource.setrlimit(resource.RLIMIT_NPROC, (plan["nproc"], plan["nproc"]))
         report["processes"] = f"at most {plan['nproc']} (user {uid}, private to this run)"
-        report["files"] = "kernel runs as an unprivileged user; course, hidden tests and gradebook hidden"
+        report["files"] = ("kernel runs as an unprivileged user; course, hidden tests and gradebook hidden; "
+                           "/tmp, /var/tmp, /dev/shm and its folder are small tmpfs of its own")
+        if plan.get("bwrap"):
+            report["files"] += "; behind bubblewrap, only the system, interpreter, reference_impl and grader are there"
+            report["processes"] += "; a pid namespace of its own: it sees no process of the grader"
+            report["sandbox"] = "root: private user and mount namespace, plus bubblewrap (user, pid, mount namespaces)"
+        else:
+            report["sandbox"] = "root: private user and mount namespace (bubblewrap not available)"
+    elif plan.get("bwrap"):  # not root: the kernel behind bubblewrap, in namespaces of its own
+        index = kernel.index("-f") + 1
+        copy = home / "connection.json"
+        shutil.copyfile(kernel[index], copy)
+        kernel[index] = str(copy)
+        resource.setrlimit(resource.RLIMIT_NPROC, (plan["nproc"], plan["nproc"]))
+        report["processes"] = (f"at most {plan['nproc']} (a user namespace of its own); "
+                               "a pid namespace of its own: it sees no process of the grader")
+        report["files"] = ("bubblewrap: only its own folder writable; system, interpreter, reference_impl "
+                           "and grader read-only; home, repository, course, hidden tests and gradebook absent")
+        report["sandbox"] = "bubblewrap (unprivileged user namespaces)"
     else:
-        report["processes"] = "not limited (needs root to give the kernel a user of its own)"
-        report["files"] = "not isolated beyond the scratch copy (needs root)"
+        report["processes"] = "not limited (needs root or bubblewrap to give the kernel namespaces of its own)"
+        report["files"] = "NOT isolated: the kernel runs as the grader's user and may read what it can read"
+        report["sandbox"] = "none (trusted run)"
     if plan.get("cpu_s"):
         resource.setrlimit(resource.RLIMIT_CPU, (plan["cpu_s"], plan["cpu_s"] + 5))
         report["cpu_s"] = plan["cpu_s"]
@@ -161,6 +269,9 @@ def main(argv: list[str]) -> None:
         os.setgroups([])
         os.setgid(uid)
         os.setuid(uid)
+    if plan.get("bwrap"):
+        kernel = bwrap_argv(plan["bwrap"], plan, home, env) + kernel
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own; the kernel gets --setenv's
     os.chdir(work)
     os.execve(kernel[0], kernel, env)
 

@@ -17,8 +17,19 @@ cells) as a child process with:
 * the kernel started through ``grader.jail`` (see there): as root, in a private mount
   namespace that hides the course and hidden tests, as a user private to the run with a
   process-count limit, in a cleaned environment and a folder of its own;
-* **no network** where the OS allows it: as root the child (nbgrader and the kernel) runs in
-  a network namespace of its own that has only a loopback interface.
+* **no network** where the OS allows it: the child (nbgrader and the kernel) runs in a network
+  namespace of its own that has only a loopback interface; as root directly, as any other
+  user inside a user namespace of its own (``CLONE_NEWUSER``, the user mapped to itself);
+* the kernel behind **bubblewrap** (``bwrap``, unprivileged user namespaces; see
+  ``grader.jail``) wherever it is installed and allowed: without root it is the kernel's
+  wall, as root it is added on top of the private user (``LAB_SANDBOX_BWRAP=off`` leaves it
+  out): a mount namespace in which only the kernel's own folder is writable and the
+  repository (but ``reference_impl`` and ``grader``, read-only), the user's home, the
+  gradebook and the hidden tests do not exist, and a pid namespace of its own;
+* memory is capped by ``RLIMIT_AS`` only (no cgroup), and the report says so.
+
+Where neither root nor user namespaces are available, ``sandbox_problem`` says why, and the
+commands that run learners' code refuse to unless the instructor passes ``--trusted``.
 
 What was and was not enforced is returned as ``Isolation`` and shown in the report.
 """
@@ -28,6 +39,7 @@ import ctypes
 import fcntl
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -45,6 +57,7 @@ DEFAULT_MEMORY_MB = 8192
 DEFAULT_NPROC = 128  # the kernel's processes and threads; a fork bomb stops here
 PRIVATE_UID_BASE = 200_000  # kernel users are 200000..299999: no login account uses them
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 POLL_S = 0.25
 
 
@@ -71,6 +84,7 @@ class KernelPlan:
     cpu_s: int | None
     expose: list[str]  # folders the kernel needs (the repository, for reference_impl)
     device: str = "cpu"  # the array namespace the tests use, passed to the kernel as LAB_DEVICE
+    bwrap: str | None = None  # not root: bubblewrap, which puts the kernel in namespaces of its own
 
 
 def private_uid() -> int:
@@ -86,6 +100,7 @@ def plan_kernel(scratch: Path, hide: list[Path], *, cpu_s: int | None = None,
     home is that user's, and everything else under ``scratch`` stays private to us.
     """
     uid = private_uid() if os.geteuid() == 0 else None
+    bwrap = None if bwrap_problem() else shutil.which("bwrap")  # as root too: walls on top of the private user
     home = scratch / "kernel-home"
     for sub in ("", "work", "ipython", "runtime", "config", "tmp"):
         (home / sub).mkdir(parents=True, exist_ok=True)
@@ -95,7 +110,53 @@ def plan_kernel(scratch: Path, hide: list[Path], *, cpu_s: int | None = None,
     if uid is not None:
         os.chmod(scratch, 0o711)
     return KernelPlan(home, scratch / "kernel-isolation.json", uid,
-                      [str(p) for p in hide], nproc, cpu_s, [str(repo_root())], device)
+                      [str(p) for p in hide], nproc, cpu_s, [str(repo_root())], device, bwrap)
+
+
+_BWRAP_PROBE: str | None = None
+
+
+def sandbox_problem() -> str | None:
+    """None when learners' code can be walled in here (root, or bubblewrap with user namespaces);
+    else why not, in a sentence."""
+    if os.name != "posix" or not sys.platform.startswith("linux"):
+        return "the sandbox needs Linux"
+    return None if os.geteuid() == 0 else bwrap_problem()
+
+
+def bwrap_problem() -> str | None:
+    """None when bubblewrap can put a kernel in user, pid and mount namespaces of its own here;
+    else why not, in a sentence (tried once per process)."""
+    global _BWRAP_PROBE
+    if os.name != "posix" or not sys.platform.startswith("linux"):
+        return "bubblewrap needs Linux"
+    if os.environ.get("LAB_SANDBOX_BWRAP") == "off":  # as root: only the private user and mounts
+        return "bubblewrap is turned off (LAB_SANDBOX_BWRAP=off)"
+    if _BWRAP_PROBE is None:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            _BWRAP_PROBE = ("bubblewrap (bwrap) is not installed: install it (Debian/Ubuntu: "
+                            "apt-get install bubblewrap) or grade as root")
+        else:
+            try:
+                # as root, tried as a kernel's user would run it: without privileges (AppArmor may
+                # refuse user namespaces to unprivileged processes only)
+                who = {"user": private_uid(), "group": private_uid(), "extra_groups": []} if os.geteuid() == 0 else {}
+                probe = subprocess.run(
+                    [bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
+                     "--dev", "/dev", "--proc", "/proc", "true"], capture_output=True, text=True, timeout=30,
+                    cwd="/", **who)
+                failed = probe.returncode != 0 and (probe.stderr.strip().splitlines() or ["no message"])[-1]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                failed = str(exc)
+            if failed:
+                _BWRAP_PROBE = (f"user namespaces are not available to this user ({failed}): "
+                                "see kernel.unprivileged_userns_clone / user.max_user_namespaces, or grade as root")
+            elif not network_isolation_available():
+                _BWRAP_PROBE = "this user may not create a user namespace with a network namespace of its own"
+            else:
+                _BWRAP_PROBE = ""
+    return _BWRAP_PROBE or None
 
 
 def child_environment(scratch: Path, kernel: KernelPlan | None = None) -> dict[str, str]:
@@ -157,10 +218,21 @@ def _loopback_up() -> None:
 
 
 def _unshare_network() -> bool:
-    """Move this process into a network namespace with only loopback; False if not permitted."""
+    """Move this process into a network namespace with only loopback; False if not permitted.
+
+    Not root: first into a user namespace of its own, in which our uid and gid map to
+    themselves (files keep their owner; its capabilities hold only in that namespace)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) != 0:
-        return False
+    if os.geteuid() == 0:
+        if libc.unshare(CLONE_NEWNET) != 0:
+            return False
+    else:
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+            return False
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
     _loopback_up()
     return True
 

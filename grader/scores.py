@@ -103,3 +103,36 @@ def render_list(course: Course, book: dict[str, dict[str, Any]]) -> str:
     lines.append("-" * len(head))
     lines.append(f"{len(done)} of {len(names)} assignments checked; best scores add up to {total:g}/{possible:g} points")
     return "\n".join(lines)
+
+
+PROGRESS_FORMAT = "dl-lab-grader-scores"
+PROGRESS_VERSION = 1
+
+
+def progress_export(book: dict[str, dict[str, Any]], *, when: float | None = None) -> dict[str, Any]:
+    """The learner's best score of every assignment, for the site's practice page to import.
+
+    Format ``dl-lab-grader-scores``, version 1 (documented on docs/practice/index.md)::
+
+        {"format": "dl-lab-grader-scores", "version": 1, "exported_at": "2026-11-24T18:30:00Z",
+         "assignments": {"01_ring_allreduce": {"best_score": 8, "max_score": 10, "passed": 4,
+                                               "tests": 5, "checked_at": "2026-11-20 14:02:11"}}}
+
+    Only assignments with a completed check (a ``best`` entry of the score book) appear."""
+    assignments = {}
+    for name, entry in sorted(book.items()):
+        best = entry.get("best")
+        if not best:
+            continue
+        assignments[name] = {"best_score": best["score"], "max_score": best["max_score"],
+                             "passed": best["passed"], "tests": best["tests"], "checked_at": best["checked_at"]}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when or time.time()))
+    return {"format": PROGRESS_FORMAT, "version": PROGRESS_VERSION, "exported_at": stamp, "assignments": assignments}
+
+
+def write_progress_export(feedback_dir: Path, out: Path) -> tuple[Path, int]:
+    """Write ``progress_export`` of ``feedback_dir``'s score book to ``out``; (path, assignments)."""
+    data = progress_export(read_scores(feedback_dir))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return out, len(data["assignments"])

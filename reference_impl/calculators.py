@@ -26,6 +26,8 @@ pages, so the interconnect profiles and byte counts come from here, and a browse
 from __future__ import annotations
 
 import json
+import math
+import numbers
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -37,6 +39,10 @@ from reference_impl.parallel import transformer as parallel_transformer
 from reference_impl.parallel import zero as parallel_zero
 
 PRECISIONS = ("fp32", "mixed")
+# What the calculator pages call the algorithms of cost_model.ALLREDUCE_TIME (a name missing
+# here is shown with its underscores as spaces).
+ALGORITHM_LABELS = {"ring": "ring", "recursive_doubling": "recursive doubling", "rabenseifner": "Rabenseifner",
+                    "tree": "binomial tree (reduce + broadcast)"}
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2}  # float32 values of state per parameter
 
 
@@ -58,9 +64,9 @@ def allreduce_seconds(model_bytes: float, ranks: int, network: str | LinkParams 
     ``algorithm`` one of ``cost_model.ALLREDUCE_TIME`` (ring, recursive_doubling,
     rabenseifner, tree). Reduction time (γ) is 0 for the named profiles.
     """
-    _positive("ranks", ranks)
+    ranks = _count("ranks", ranks)
     _positive("model_bytes", model_bytes, 0)
-    return allreduce_time(algorithm, model_bytes, int(ranks), _link(network))
+    return allreduce_time(algorithm, model_bytes, ranks, _link(network))
 
 
 def parameter_server_seconds(model_bytes: float, workers: int, servers: int,
@@ -71,11 +77,10 @@ def parameter_server_seconds(model_bytes: float, workers: int, servers: int,
     workers and sends one back, through its single link; each worker sends and receives
     ``N`` bytes in ``k`` messages. The busier side (servers when ``n > k``) sets the time.
     """
-    _positive("workers", workers)
-    _positive("servers", servers)
+    n, k = _count("workers", workers), _count("servers", servers)
     _positive("model_bytes", model_bytes, 0)
     c = _link(network)
-    n, k, N = int(workers), int(servers), float(model_bytes)
+    N = float(model_bytes)
     return 2 * max(n, k) * c.alpha + 2 * max(n / k, 1.0) * N * c.beta + n / k * N * c.gamma
 
 
@@ -100,10 +105,9 @@ class TrafficComparison:
 def ps_vs_allreduce(model_bytes: float, workers: int, servers: int,
                     network: str | LinkParams = "10GbE") -> TrafficComparison:
     """Traffic and predicted time of one step's gradient exchange both ways (see the module doc)."""
-    _positive("workers", workers)
-    _positive("servers", servers)
+    n, k = _count("workers", workers), _count("servers", servers)
     _positive("model_bytes", model_bytes, 0)
-    n, k, N = int(workers), int(servers), float(model_bytes)
+    N = float(model_bytes)
     ring_each = 2 * (n - 1) / n * N
     return TrafficComparison(
         ring_bytes_per_worker=ring_each,
@@ -122,8 +126,7 @@ def pipeline_bubble_fraction(stages: int, microbatches: int) -> float:
     Each of ``p`` stages works ``m`` slots of the ``m + p - 1`` a step takes (filling and
     draining the pipeline leaves ``p - 1`` slots idle per stage), for GPipe and 1F1B alike.
     """
-    _positive("stages", stages)
-    _positive("microbatches", microbatches)
+    stages, microbatches = _count("stages", stages), _count("microbatches", microbatches)
     return (stages - 1) / (microbatches + stages - 1)
 
 
@@ -193,7 +196,8 @@ class ShardedMemory:
 
 def _count(name: str, value, minimum: int = 1) -> int:
     """A count: an integer (``7.0`` is accepted, ``7.5`` is not) of at least ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value < minimum:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value)
+            or value != int(value) or value < minimum):
         raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return int(value)
 
@@ -279,6 +283,8 @@ def calculator_constants(alpha_beta_json: str | Path | None = None) -> dict:
             for name, (link, gbps, transport) in links.items()
         },
         "algorithms": list(ALLREDUCE_TIME),
+        "labels": {name: ALGORITHM_LABELS.get(name, name.replace("_", " ")) for name in ALLREDUCE_TIME},
+        "measured_profile": MEASURED_PROFILE,
         "optimizer_slots": dict(OPTIMIZER_SLOTS),
         "precisions": list(PRECISIONS),
         # the sharded-memory calculator: parallel.memory's bytes per parameter, (compute copy,

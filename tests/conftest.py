@@ -30,3 +30,30 @@ def graded(tmp_path_factory):
     from notebook_tools import GradedExercises
 
     return GradedExercises(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def built_site(tmp_path_factory) -> Path:
+    """The site, built once a session with ``mkdocs build --strict`` (as ``make site`` does),
+    shared by every test that reads or browses the built HTML."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("site")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+@pytest.fixture(scope="session")
+def site_url(built_site):
+    """The session's built site served over HTTP on 127.0.0.1 (a free port); its base URL."""
+    from browser_tools import serve_directory
+
+    with serve_directory(built_site) as url:
+        yield url

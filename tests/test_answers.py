@@ -5,14 +5,21 @@ in ``docs/answers/<id>.md``, as named sections:
 
 * ``question``: the question as an interviewer asks it;
 * ``answer``: the model answer, two to five sentences;
-* ``points`` or ``points-<topic>`` (optional): key points, a bulleted list each.
+* ``points`` or ``points-<topic>`` (optional): key points, a bulleted list each;
+* ``rubric`` (optional): the 3 to 6 points an interviewer listens for, a bulleted list, for a
+  question whose points sections do not already hold 3 to 6 bullets.
+
+The practice page's rubric of each question comes from these sections
+(``docs/hooks/practice.py``, ``rubric_items``): the ``rubric`` section if there is one, else
+the points bullets when there are 3 to 6, else one point per sentence of the model answer.
 
 Pages include those sections with pymdownx.snippets (``--8<-- "docs/answers/<id>.md:answer"``).
 The question page shows the question, the answer and every points section; a concept page
 shows the question and the answer, or the points sections of its part of the question, for
 each question it answers. The checks below keep it that way:
 
-* a question page's question box and "Model answer" hold includes and nothing else;
+* a question page's question box and "Model answer" hold includes and nothing else, the
+  model answer inside one collapsed block, so that the reader answers before reading it;
 * a concept page's question boxes and "Short answer" hold includes (and sub-headings) only;
 * every question a concept page says it answers is included on it;
 * no page repeats a sentence of an answer file in its own words-for-words copy.
@@ -30,6 +37,7 @@ CONCEPTS = DOCS / "concepts"
 ID = re.compile(r"\bN\d{3}-[QC]\d+\b|(?<![\w.])L\d{2}\b")  # the notes' IDs and the syllabus's (L01 …)
 INCLUDE = re.compile(r'^(?P<indent> *)--8<-- "docs/answers/(?P<file>[a-z0-9-]+)\.md:(?P<section>[a-z][-a-z0-9]*)"$')
 POINTS = re.compile(r"points(-[a-z0-9]+)*")
+COLLAPSED = re.compile(r'^\?\?\? success "[^"]+"$')  # collapsed until opened (``???+`` would open it)
 
 
 def question_pages() -> list[Path]:
@@ -76,7 +84,8 @@ def test_answer_file_has_a_question_an_answer_and_only_points_besides(answer: Pa
     for name, body in sections.items():
         assert body.strip(), f"{answer.name}: section {name!r} is empty"
         if name not in ("question", "answer"):
-            assert POINTS.fullmatch(name), f"{answer.name}: section {name!r} is not 'points' or 'points-<topic>'"
+            assert POINTS.fullmatch(name) or name == "rubric", \
+                f"{answer.name}: section {name!r} is not 'points', 'points-<topic>' or 'rubric'"
             items = [line for line in body.split("\n") if line and not line.startswith("  ")]
             assert items and all(line.startswith("* ") for line in items), \
                 f"{answer.name}: section {name!r} must be a bulleted list ('* ' items)"
@@ -87,6 +96,56 @@ def test_answer_file_has_a_question_an_answer_and_only_points_besides(answer: Pa
 def test_every_question_page_has_an_answer_file() -> None:
     missing = [p.name for p in question_pages() if not (ANSWERS / p.name).is_file()]
     assert not missing, f"question pages without docs/answers/<id>.md: {missing}"
+
+
+# --------------------------------------------------------------------------- rubrics
+
+
+def _practice_hook():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("practice_hook", DOCS / "hooks" / "practice.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("answer", answer_files(), ids=lambda p: p.stem)
+def test_every_question_has_a_rubric_of_three_to_six_points_from_its_answer_file(answer: Path) -> None:
+    hook = _practice_hook()
+    sections = answer_sections(answer)
+    source, rubric = hook.rubric_items(sections)
+    assert 3 <= len(rubric) <= 6, f"{answer.name}: {len(rubric)} rubric points"
+    # every point is text of the answer file itself (no second copy to drift from the answer)
+    flat = " ".join(" ".join(body.split()) for body in sections.values())
+    for point in rubric:
+        assert len(point.split()) >= 3 and point in flat, f"{answer.name}: rubric point not in the file: {point[:80]!r}"
+    if source == "answer":  # the fallback is one point per sentence: they must add up to the answer
+        assert " ".join(rubric) == " ".join(sections["answer"].split()), f"{answer.name}: sentences lost"
+
+
+def test_the_rubric_rule_prefers_a_rubric_section_then_points_then_sentences() -> None:
+    hook = _practice_hook()
+    three = "* one point here\n* two points here\n* three points here"
+    answer = "First sentence is here. Second sentence, e.g. this one, is here. Third one is here."
+    assert hook.rubric_items({"answer": answer, "points": three, "rubric": "* a b c\n* d e f\n* g h i"}) \
+        == ("rubric", ["a b c", "d e f", "g h i"])
+    assert hook.rubric_items({"answer": answer, "points": three})[0] == "points"
+    assert hook.rubric_items({"answer": answer, "points": three + "\n" + three + "\n* seven is here"}) \
+        == ("answer", ["First sentence is here.", "Second sentence, e.g. this one, is here.", "Third one is here."])
+    with pytest.raises(hook.RubricError):
+        hook.rubric_items({"answer": "Only one sentence here. And a second one here.", "points": "* x y z"})
+
+
+def test_every_question_page_in_the_bank_has_its_title_topic_level_and_wrong_answers() -> None:
+    bank = _practice_hook().bank_entries(DOCS)
+    assert [e["id"] for e in bank] == [p.stem for p in question_pages()]
+    for entry in bank:
+        page = (QUESTIONS / f"{entry['id']}.md").read_text(encoding="utf-8")
+        assert entry["title"] and entry["topic"] and entry["level"] in ("basic", "intermediate", "advanced"), entry["id"]
+        assert len(entry["wrong"]) == page.count('failure "Common wrong answer:'), entry["id"]
+        assert all(w["claim"] and w["why"] for w in entry["wrong"]), entry["id"]
+    assert sum(bool(e["wrong"]) for e in bank) >= len(bank) - 5, "the bank lost the pages' common wrong answers"
 
 
 # --------------------------------------------------------------------------- question pages
@@ -100,8 +159,14 @@ def test_question_page_includes_its_question_and_every_section_of_its_answer(pag
     assert includes(boxes[0][1]) == [(page.stem, "question")], f"{page.name}: the question box"
     body = section_body(text, "Model answer")
     assert body is not None, f"{page.name}: no '## Model answer'"
-    sections = [s for s in answer_sections(ANSWERS / page.name) if s != "question"]
-    got = includes([line for line in body.split("\n") if line.strip()])
+    sections = [s for s in answer_sections(ANSWERS / page.name) if s not in ("question", "rubric")]
+    # The reader answers aloud first: the answer sits in one collapsed block (``???``, not
+    # ``???+``, pymdownx.details) that holds the includes and nothing else.
+    lines = [line for line in body.split("\n") if line.strip()]
+    assert lines and COLLAPSED.match(lines[0]), \
+        f"{page.name}: 'Model answer' must open with a collapsed '??? success \"…\"' block, found {lines[:1]}"
+    assert all(line.startswith("    ") for line in lines[1:]), f"{page.name}: an include outside the collapsed block"
+    got = includes(lines[1:])
     assert got == [(page.stem, s) for s in sections], \
         f"{page.name}: 'Model answer' must include {sections} of docs/answers/{page.name}, in order; has {got}"
 

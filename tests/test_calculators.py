@@ -172,6 +172,27 @@ def test_measured_link_is_the_benchmark_fit(tmp_path) -> None:
         calc.measured_link(broken)
 
 
+@pytest.mark.parametrize("call", [
+    lambda: calc.allreduce_seconds(1e6, 2.5, "100GbE"),
+    lambda: calc.allreduce_seconds(1e6, float("nan"), "100GbE"),
+    lambda: calc.parameter_server_seconds(1e6, 4, 1.5),
+    lambda: calc.ps_vs_allreduce(1e6, workers=2.5, servers=1),
+    lambda: calc.pipeline_bubble_fraction(4, 2.5),
+])
+def test_counts_must_be_whole_numbers(call) -> None:
+    """2.5 ranks is refused, not rounded down to 2."""
+    with pytest.raises(ValueError, match="must be a whole number"):
+        call()
+    assert calc.allreduce_seconds(1e6, 4.0, "100GbE") == calc.allreduce_seconds(1e6, np.int64(4), "100GbE")
+
+
+def test_every_allreduce_algorithm_has_a_name_in_words() -> None:
+    labels = calc.calculator_constants()["labels"]
+    assert set(labels) == set(ALLREDUCE_TIME)
+    assert all("_" not in text for text in labels.values()), labels
+    assert labels["recursive_doubling"] == "recursive doubling"
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda: calc.training_memory(1, "fp8"), "precision"),
     (lambda: calc.training_memory(1, "fp32", "lion"), "optimizer"),
@@ -215,6 +236,8 @@ def calculator_site(tmp_path_factory) -> Path:
           - tables
           - attr_list
           - md_in_html
+          - pymdownx.superfences
+          - pymdownx.highlight
           - pymdownx.arithmatex:
               generic: true
         """))
@@ -378,5 +401,139 @@ def test_sharded_memory_page_shows_the_papers_figures_and_names_bad_counts(serve
                 assert words in text, f"{field}={value!r}: the page says {text!r}"
                 form.locator(f'[name="{field}"]').fill(str(SHARDED_DEFAULTS[field]))
                 assert form.locator('output[name="total"]').get_attribute("data-value"), f"{field}: not restored"
+        finally:
+            browser.close()
+
+
+# --------------------------------------------------------------------------- the Python snippet, labels
+
+
+UNITS = {"µs": 1e-6, "ms": 1e-3, "s": 1.0, "B": 1.0, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12, "%": 1e-2,
+         "billion": 1e9}
+
+
+def _shown_number(text: str) -> float:
+    """The quantity a result's text shows, in base units: '14.3 ms' -> 0.0143, 'ring (14.3 ms)' -> 0.0143."""
+    import re
+
+    match = re.search(r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?) ?(µs|ms|s|B|kB|MB|GB|TB|%|billion)(?!\w)", text)
+    assert match, f"no number with a unit in {text!r}"
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+def _snippet_results(code: str) -> dict[str, float]:
+    """Run a page's snippet as a reader would (from the repository root); its results by output name:
+    a variable named like an output, or the fields (and ``total``) of a dataclass it made."""
+    import contextlib
+    import dataclasses
+    import io
+
+    namespace: dict = {"__name__": "__snippet__"}
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(code, "<calculator snippet>", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    out = {}
+    for name, value in namespace.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not name.startswith("__"):
+            out[name] = float(value)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update({f.name: float(getattr(value, f.name)) for f in dataclasses.fields(value)})
+            if hasattr(value, "total"):
+                out["total"] = float(value.total)
+    return out
+
+
+SNIPPET_TEXT = "f => { const b = [...document.querySelectorAll('.calculator-python')].find(e => " \
+               "f.compareDocumentPosition(e) & Node.DOCUMENT_POSITION_FOLLOWING); " \
+               "return b ? (b.querySelector('code') || b).textContent : null; }"
+
+
+def test_python_snippet_follows_the_inputs_and_gives_the_shown_results(server: str, calculator_site: Path) -> None:
+    """Each calculator's Python snippet is rewritten with the form's inputs; run, it gives every
+    number the page shows (to 1e-12 against the unrounded value, and as the rounded text)."""
+    import re
+    from html import unescape
+
+    sync_playwright = chromium_or_skip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
+                       in ("127.0.0.1", None) else route.abort())
+            for name, _, cases in CASES:
+                page.goto(f"{server}/calculators/{name}/", wait_until="load")
+                form = page.locator(f'form[data-calculator="{name}"]')
+                # without JavaScript the page shows the snippet of the form's defaults
+                built = (calculator_site / "calculators" / name / "index.html").read_text(encoding="utf-8")
+                static = re.search(r'class="[^"]*calculator-python[^"]*".*?<code>(.*?)</code>', built, flags=re.S)
+                assert static, f"{name}: no calculator-python code block on the page"
+                assert unescape(re.sub(r"<[^>]+>", "", static.group(1))) == form.evaluate(SNIPPET_TEXT), \
+                    f"{name}: the page's written snippet is not the one for the form's defaults"
+                seen = []
+                for inputs in cases:
+                    for field, value in inputs.items():
+                        element = form.locator(f'[name="{field}"]')
+                        element.select_option(value) if isinstance(value, str) else element.fill(str(value))
+                    code = form.evaluate(SNIPPET_TEXT)
+                    shown = form.evaluate(READ_OUTPUTS)
+                    results = _snippet_results(code)
+                    compared = [k for k in results if k in shown]
+                    assert compared, f"{name} with {inputs}: the snippet computes none of the outputs:\n{code}"
+                    for output in compared:
+                        value, text = shown[output]
+                        where = f"{name} with {inputs}: {output}"
+                        assert math.isclose(results[output], float(value), rel_tol=1e-12, abs_tol=1e-300), \
+                            f"{where}: snippet {results[output]}, page {value}\n{code}"
+                        assert math.isclose(_shown_number(text), results[output], rel_tol=6e-3, abs_tol=1e-300), \
+                            f"{where}: the page shows {text!r}, the snippet gives {results[output]}"
+                    seen.append(code)
+                assert len(set(seen)) == len(cases), f"{name}: the snippet did not change with the inputs"
+        finally:
+            browser.close()
+
+
+def test_calculators_refuse_fractional_counts_and_show_words(server: str) -> None:
+    """2.5 ranks is refused with a message (and no result, no snippet); algorithm names are words;
+    labels read as one line of text, a superscript next to its base."""
+    sync_playwright = chromium_or_skip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(15_000)
+            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
+                       in ("127.0.0.1", None) else route.abort())
+            for name, _, _ in CASES:
+                page.goto(f"{server}/calculators/{name}/", wait_until="load")
+                form = page.locator(f'form[data-calculator="{name}"]')
+                # a flex or grid label makes each text run and each <sup> a box of its own, set apart
+                labels = form.evaluate("f => [...f.querySelectorAll('label')].map(l => "
+                                       "[l.textContent.trim().slice(0, 30), getComputedStyle(l).display])")
+                split = [text for text, display in labels if "flex" in display or "grid" in display]
+                assert not split, f"{name}: labels laid out in pieces (flex or grid): {split}"
+                texts = form.evaluate("f => [...f.querySelectorAll('option, output')].map(e => e.textContent)")
+                assert not [t for t in texts if "_" in t], f"{name}: code names shown: {[t for t in texts if '_' in t]}"
+            page.goto(f"{server}/calculators/allreduce-time/", wait_until="load")
+            form = page.locator('form[data-calculator="allreduce-time"]')
+            gap = form.evaluate("""f => {
+                const sup = f.querySelector('[name="megabytes"]').closest('label').querySelector('sup');
+                const base = sup.previousSibling, r = document.createRange();
+                r.setStart(base, base.length - 2); r.setEnd(base, base.length);
+                return sup.getBoundingClientRect().left - r.getBoundingClientRect().right; }""")
+            assert abs(gap) < 2, f"the exponent of 10^6 stands {gap:.1f} px from its base"
+            form.locator('[name="algorithm"]').select_option("recursive_doubling")
+            assert form.locator('[name="algorithm"] option:checked').inner_text() == "recursive doubling"
+            form.locator('[name="megabytes"]').fill("0.004")
+            assert form.locator('output[name="best"]').inner_text().startswith("recursive doubling (")
+            form.locator('[name="ranks"]').fill("2.5")
+            for out in form.locator("output").all():
+                assert "ranks must be a whole number" in out.inner_text() and not out.get_attribute("data-value")
+            assert "ranks must be a whole number" in form.evaluate(SNIPPET_TEXT)
         finally:
             browser.close()

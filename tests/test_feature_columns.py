@@ -89,6 +89,42 @@ def test_collision_rate_follows_the_birthday_formula(n, buckets):
     assert abs(fc.collision_rate(n, buckets) - expected) < 0.03
 
 
+def test_expected_collision_rate_is_exact_on_every_assignment_of_a_small_table():
+    """Enumerate all m^n ways n values can land in m buckets: the mean and variance are exact."""
+    import itertools
+
+    for n, m in [(2, 3), (3, 4), (4, 3), (5, 5)]:
+        fractions = []
+        for buckets in itertools.product(range(m), repeat=n):
+            counts = np.bincount(buckets, minlength=m)
+            fractions.append(np.mean(counts[list(buckets)] > 1))
+        mean, sd = fc.expected_collision_rate(n, m)
+        assert mean == pytest.approx(np.mean(fractions), rel=1e-12)
+        assert sd == pytest.approx(np.std(fractions), rel=1e-9)
+
+
+@pytest.mark.parametrize("n, buckets, seeds", [(1000, 100_000, 1500), (2000, 1000, 200)])
+def test_expected_collision_rate_is_the_mean_and_spread_of_the_measurement(n, buckets, seeds):
+    """The birthday formula is the mean of ``collision_rate`` over hash draws, not a bound on
+    one draw: one draw at n = 1000, m = 100,000 counts about five colliding pairs, and its
+    fraction scatters by the predicted standard deviation."""
+    rates = np.array([fc.collision_rate(n, buckets, seed=s) for s in range(seeds)])
+    mean, sd = fc.expected_collision_rate(n, buckets)
+    assert abs(rates.mean() - mean) < 4 * sd / np.sqrt(seeds)
+    assert rates.std() == pytest.approx(sd, rel=0.12)
+
+
+def test_committed_collision_rates_lie_within_the_spread_of_one_draw():
+    import json
+    from pathlib import Path
+
+    ps = json.loads((Path(__file__).resolve().parents[1] / "docs/assets/bench/ps.json").read_text())
+    for row in ps["collisions"]:
+        mean, sd = fc.expected_collision_rate(row["values"], row["buckets"])
+        assert row["birthday_formula"] == pytest.approx(mean, rel=1e-12)
+        assert abs(row["measured"] - mean) < 3 * sd, (row, sd)
+
+
 def test_cross_hash_is_ordered_unsigned_and_rejects_bad_columns():
     a, b = np.array([3, 5, 7, -1]), np.array([5, 3, 7, 2**62])
     h = fc.cross_hash([a, b])
@@ -104,3 +140,34 @@ def test_cross_hash_is_ordered_unsigned_and_rejects_bad_columns():
         fc.cross_hash([a, b[:3]])
     with pytest.raises(ValueError, match="column 0 must be a 1-D integer array, got float64"):
         fc.cross_hash([a.astype(float), b])
+
+
+def test_the_feature_columns_page_explains_the_committed_draw():
+    """The figures of "One draw against the formula" on concepts/feature-columns.md, recomputed."""
+    import json
+    import math
+
+    from page_tools import DOCS, assert_pages_quote
+
+    ps = json.loads((DOCS / "assets/bench/ps.json").read_text(encoding="utf-8"))
+    rows = {r["values"]: r for r in ps["collisions"]}
+    first = rows[1000]
+    n, m = first["values"], first["buckets"]
+    mean, sd = fc.expected_collision_rate(n, m)
+    colliding = round(first["measured"] * n)
+    seeds = np.array([fc.collision_rate(n, m, seed=s) for s in range(4000)])
+    at_most = np.mean(seeds <= first["measured"] + 1e-12)
+    later = max(abs(r["measured"] - r["birthday_formula"]) for k, r in rows.items() if k >= 5000)
+    assert later < 0.003
+    any_pair = 1 - math.prod(1 - k / m for k in range(n))
+    assert_pages_quote((DOCS / "concepts/feature-columns.md", s) for s in [
+        f"/m \\approx {math.comb(n, 2) / m:.0f}$ colliding pairs on average (about {mean * n:.0f} of the "
+        f"1,000 values, {first['birthday_formula']:.4f}), and a draw with {colliding // 2} pairs "
+        f"({colliding} values, {first['measured']:.4f})",
+        f"the standard deviation of one draw, {sd:.4f} here, and the measurement lies "
+        f"{abs(first['measured'] - mean) / sd:.1f} of them below the mean",
+        f"Over 4,000 seeds the measured fraction averages {seeds.mean():.4f}, and one seed in "
+        f"{'eight' if round(1 / at_most) == 8 else round(1 / at_most)} gives {first['measured']:.4f} or less",
+        "measured and expected agree to within 0.003",
+        f"{any_pair:.2f} at $n = 1{{,}}000$, although only {mean:.0%} of the values are involved",
+    ])

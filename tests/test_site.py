@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
-import subprocess
-import sys
 import threading
 from html import unescape
 from html.parser import HTMLParser
@@ -31,16 +28,9 @@ MATH_PAGE = "concepts/allreduce-algorithms/"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The site, built once for this module with ``mkdocs build --strict``."""
-    out = tmp_path_factory.mktemp("site")
-    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    proc = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
-        check=False, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
-    return out
+def site(built_site: Path) -> Path:
+    """The site, built once a session with ``mkdocs build --strict`` (tests/conftest.py)."""
+    return built_site
 
 
 def test_build_is_strict_clean(site: Path) -> None:

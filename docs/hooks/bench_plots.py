@@ -9,7 +9,10 @@ and ``mkdocs build --strict`` sees the image links as valid.
 Each benchmark has a plotter module beside this file, ``plot_<benchmark>.py``, with a
 ``NAME`` and ``plot(path, data) -> ({kind: svg_bytes}, summary_markdown)``; the figure
 ``<kind>`` of ``<stem>.json`` is served as ``assets/bench/<stem>-<kind>.svg``, and the
-marker ``<!-- bench:<NAME>:summary -->`` in a page is replaced by the summary table.
+marker ``<!-- bench:<NAME>:summary -->`` in a page is replaced by the summary table. A
+summary may be cut into named parts, each opened by a line ``<!-- part:<PART> -->``;
+``<!-- bench:<NAME>:summary:<PART> -->`` is replaced by that part alone, so each page shows
+the tables it explains.
 A missing or malformed required file fails the build and says to run ``make bench``.
 """
 from __future__ import annotations
@@ -55,7 +58,19 @@ PLOTTERS = {
               plot_ps, plot_ps_cluster, plot_sharded, plot_training, plot_training_loop)
 }
 REQUIRED = tuple(PLOTTERS)  # every benchmark with a plotter must have its measured file
-_MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary\s*-->")
+_MARKER = re.compile(r"<!--\s*bench:([A-Za-z0-9_-]+):summary(?::([a-z0-9-]+))?\s*-->")
+_PART = re.compile(r"^<!-- part:([a-z0-9-]+) -->$", re.MULTILINE)
+
+
+def summary_part(summary: str, part: str) -> str | None:
+    """The text of ``summary`` from the line ``<!-- part:<part> -->`` to the next part (None if absent)."""
+    marks = list(_PART.finditer(summary))
+    for i, mark in enumerate(marks):
+        if mark.group(1) == part:
+            end = marks[i + 1].start() if i + 1 < len(marks) else len(summary)
+            return summary[mark.end():end].strip("\n") + "\n"
+    return None
+
 
 _summaries: dict[str, str] = {}
 
@@ -99,6 +114,14 @@ def on_page_markdown(markdown, page, config, files):
                 f"bench_plots hook: page '{page.file.src_uri}' asks for the '{name}' summary, but "
                 f"there is no benchmark file for it under docs/{BENCH_URI}/. Run `make bench`."
             )
-        return _summaries[name]
+        if match.group(2) is None:
+            return _summaries[name]
+        text = summary_part(_summaries[name], match.group(2))
+        if text is None:
+            raise PluginError(
+                f"bench_plots hook: page '{page.file.src_uri}' asks for part '{match.group(2)}' of the "
+                f"'{name}' summary, which has parts {_PART.findall(_summaries[name])}."
+            )
+        return text
 
     return _MARKER.sub(table, markdown)

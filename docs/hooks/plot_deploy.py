@@ -85,15 +85,20 @@ def _mlp_figure(data: dict[str, Any], machine: str) -> bytes:
     m = data["mlp"]
     names = list(m["seconds"])
     fig, ax = figure(f"Measured on {machine}")
-    ax.barh(range(len(names)), [m["seconds"][k] * 1e6 for k in names], color=[f"C{i}" for i in range(len(names))])
+    fig.set_size_inches(fig.get_size_inches()[0], 1.6 + 0.42 * len(names))
+    ax.barh(range(len(names)), [m["seconds"][k] * 1e6 for k in names], height=0.45,
+            color=[f"C{i % 10}" for i in range(len(names))])
     rounds = m.get("rounds", [])
     for r in rounds:
         ax.plot([r["seconds"][k] * 1e6 for k in names], range(len(names)), "k|", ms=7, alpha=0.6)
-    ax.set_yticks(range(len(names)), [_mlp_label(k, m) for k in names])
-    ax.invert_yaxis()
+    # Each bar's name above it, from the left edge: long names need the whole width on a phone.
+    ax.set_yticks([])
+    for i, k in enumerate(names):
+        ax.text(0.005, i - 0.27, _mlp_label(k, m), transform=ax.get_yaxis_transform(), va="bottom", ha="left")
+    ax.set_ylim(len(names) - 0.5, -0.9)
     ax.axvline(m["seconds"]["interpreter"] * 1e6 / 10, color="0.3", ls="--", lw=0.8,
                label="10× faster than the interpreter")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend()
     ax.set_xscale("log")  # from the int8 NumPy row (hundreds of µs) to the int8 kernel (a few)
     ax.set_xlabel(f"µs per inference, log scale (bars: the median of {len(rounds)} rounds; ticks: every round)"
                   if rounds else "µs per inference, log scale (best of the repeats)")
@@ -101,26 +106,30 @@ def _mlp_figure(data: dict[str, Any], machine: str) -> bytes:
     return svg(fig)
 
 
+FORM_MARKERS = {"unrolled": "o", "csr": "s", "dense": "^", "bitmask": "D"}
+
+
 def _compile_figure(data: dict[str, Any], machine: str) -> bytes:
     rows = data["sweep"]["compile"]
     fig, ax = figure(f"Measured on {machine}")
-    for i, form in enumerate(("unrolled", "csr", "dense", "bitmask")):
+    for i, form in enumerate(FORM_MARKERS):
         pts = sorted((r["nnz"], r.get("compiler_cpu_s", r["seconds"])) for r in rows if r["form"] == form)
         if pts:
-            ax.plot(*zip(*pts), marker="o", color=f"C{i}", label=f"{form}: compiler CPU time")
+            ax.plot(*zip(*pts), marker=FORM_MARKERS[form], ls="-", color=f"C{i}", label=f"{form}: compiler CPU time")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("non-zero weights (log scale)")
-    ax.set_ylabel("seconds (log scale)")
+    ax.set_ylabel("compiler CPU time, s (solid, log scale)")
     ax2 = ax.twinx()
-    for i, form in enumerate(("unrolled", "csr", "dense", "bitmask")):
+    for i, form in enumerate(FORM_MARKERS):
         pts = sorted((r["nnz"], r["so_bytes"] / 1024) for r in rows if r["form"] == form)
         if pts:
-            ax2.plot(*zip(*pts), marker="s", ls="--", color=f"C{i}", alpha=0.5, label=f"{form}: library size")
+            ax2.plot(*zip(*pts), marker=FORM_MARKERS[form], ls="--", color=f"C{i}", mfc="none",
+                     label=f"{form}: library size")
     ax2.set_yscale("log")
-    ax2.set_ylabel("shared library size (KiB, dashed)")
-    ax.legend(fontsize=7, loc="upper left")
-    ax2.legend(fontsize=7, loc="lower right")
+    ax2.set_ylabel("shared library size, KiB (dashed, hollow)")
+    ax.legend()
+    ax2.legend()
     ax.set_title("Cost of generating and compiling a 1024×1024 layer")
     return svg(fig)
 

@@ -50,7 +50,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     ax.set_yscale("log")
     ax.set_xscale("log")
     top = max(max(r["max_abs_diff"]) for r in rows)
-    ax.set_ylim(top=top * 1e5 if top > 0 else 1.0)  # headroom: the legend sits above the lines
+    ax.set_ylim(top=top * 10 if top > 0 else 1.0)
     ax.set_xlabel("training step (log scale)")
     ax.set_ylabel("max |w_a − w_b| over all weights")
     ax.set_title(f"How far apart two runs drift (float32 MLP {settings.get('widths', '')}, "

@@ -62,10 +62,11 @@ def _time_figure(rows: list[dict[str, Any]], machine: str) -> bytes:
             bars = ax.bar([i + (j - (len(t["best_s"]) - 1) / 2) * width], [best / t["best_s"][BASELINE]], width,
                           color=f"C{configs.index(config)}", label=None if config in labelled else config)
             labelled.add(config)
-            ax.bar_label(bars, fmt="%.2f", fontsize=6)
+            ax.bar_label(bars, fmt="%.2f", rotation=90, padding=2)
     ax.axhline(1, color="0.3", linewidth=0.8)
-    ax.set_xticks(range(len(groups)), [f"{row['graph']}, batch {t['batch']}\n"
-                                       f"(pruning only: {t['best_s'][BASELINE] * 1e3:.2f} ms)" for row, t in groups])
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.25)  # room for the values printed above the bars
+    ax.set_xticks(range(len(groups)), [f"{row['graph']}\nbatch {t['batch']}\npruning only:\n{t['best_s'][BASELINE] * 1e3:.2f} ms"
+                                       for row, t in groups])
     ax.set_ylabel("interpreter time per step / pruning only (best run)")
     ax.set_title("Session.run time per step after each set of passes (lower is faster)")
     ax.legend(fontsize=7)

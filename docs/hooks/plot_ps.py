@@ -14,8 +14,10 @@
   model trained on parameter servers and on mirrored workers; and, on the synthetic click
   log, each model's test AUC short of the true model's (the gap to Bayes).
 
-``<!-- bench:ps:summary -->`` becomes the tables: throughput against the NumPy lower bound,
-traffic, time to target, and Wide & Deep quality.
+``<!-- bench:ps:summary:<part> -->`` becomes one part of the tables: ``throughput`` (against
+the NumPy lower bound) and ``traffic`` on Parameter servers, ``consistency`` (time to target)
+on Consistency models, ``wide-deep`` on Wide & Deep, ``collisions-by-buckets`` and
+``collisions`` on Feature columns.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from plotkit import bad, figure, human_bytes, machine_line, svg
+
+from reference_impl.models.feature_columns import expected_collision_rate
 
 NAME = "ps"
 
@@ -91,13 +95,14 @@ def _wide_deep_figure(wd: dict[str, Any], machine: str) -> bytes:
                f"chose every model's settings), {ins['test']} test. Click log: {ck['train']} training, "
                f"{ck['test']} test examples. Measured on {machine}")
     fig, _ = figure(caption)
-    fig.set_size_inches(10, 4.4)
+    # Three panels stacked (one column reads at phone width): AUC, log-loss, the click log's gap.
+    fig.set_size_inches(5.0, 4.6 + 0.45 * (2 * len(rows) + len(ck["rows"]) + 1))
     fig.clear()  # three panels instead of plotkit's one: redo its grid and caption
     fig.supxlabel(caption, fontsize=7, color="0.35")
-    grid = fig.add_gridspec(2, 2, height_ratios=[len(rows), len(ck["rows"]) + 1])
-    ax_auc = fig.add_subplot(grid[0, 0])
-    ax_loss = fig.add_subplot(grid[0, 1], sharey=ax_auc)
-    ax_gap = fig.add_subplot(grid[1, :])
+    grid = fig.add_gridspec(3, 1, height_ratios=[len(rows), len(rows), len(ck["rows"]) + 1])
+    ax_auc = fig.add_subplot(grid[0])
+    ax_loss = fig.add_subplot(grid[1], sharey=ax_auc)
+    ax_gap = fig.add_subplot(grid[2])
     y = list(range(len(rows)))[::-1]
     for ax, key, label in ((ax_auc, "auc", "InstEval test AUC (higher is better; the axis is cut)"),
                            (ax_loss, "logloss", "InstEval test log-loss (lower is better; the axis is cut)")):
@@ -111,7 +116,6 @@ def _wide_deep_figure(wd: dict[str, Any], machine: str) -> bytes:
         ax.set_xlabel(label, fontsize=8)
         ax.grid(True, axis="x", alpha=0.3)
     ax_auc.set_yticks(y, names, fontsize=7)
-    ax_loss.tick_params(labelleft=False)
     peer = ins["rows"][0]
     ax_auc.axvline(peer["auc"], color="0.4", linestyle=":", linewidth=1)
     ax_auc.set_title("InstEval, every model tuned on the same validation split", fontsize=8)
@@ -192,10 +196,20 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
 
     figs["wide-deep"] = _wide_deep_figure(data["wide_deep"], machine)
 
+    return figs, summary(path, data, machine)
+
+
+def summary(path: Path, data: dict[str, Any], machine: str) -> str:
+    """The tables, in parts (``<!-- part:NAME -->``) that each page includes on its own:
+    ``throughput`` and ``traffic`` (Parameter servers), ``consistency`` (Consistency models),
+    ``wide-deep`` (Wide & Deep), ``collisions-by-buckets`` and ``collisions`` (Feature columns)."""
+    con, tra, by_m = data["consistency"], data["traffic"], data.get("collisions_by_buckets")
     thr_machine = data.get("section_machines", {}).get("throughput")
-    lines = ["**Pull + push throughput** (one process, one shard, Zipf ids from a vocabulary of 1M, "
+    lines = ["<!-- part:throughput -->",
+             "**Pull + push throughput** (one process, one shard, Zipf ids from a vocabulary of 1M, "
              "dim 16, SGD; CPU time of the measuring thread, median of the repeats"
-             + (f"; measured on {machine_line(path, {'machine': thr_machine})}" if thr_machine else "") + "):", "",
+             + (f"; measured on {machine_line(path, {'machine': thr_machine})}" if thr_machine
+                else f"; measured on {machine}") + "):", "",
              ("| table before | batch | unique ids | new rows / batch | sparse table keys/s | "
              "NumPy lower bound keys/s | time ratio (median) | time ratio (mean) |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -207,25 +221,32 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
                      f"{new_rows:.0f} | {t['keys_per_s']['sparse_table']:.3g} | "
                      f"{t['keys_per_s']['numpy_lower_bound']:.3g} | {t['slowdown_vs_lower_bound']:.2f}× | "
                      + (f"{mean:.2f}× |" if mean is not None else "– |"))
-    lines += ["", ("**Traffic per step** (embedding dim "
-              f"{tra[0]['dim']}, batch {tra[0]['batch']}):"), "",
+    lines += ["", "<!-- part:traffic -->",
+              (f"**Traffic per step** (2 workers, and 2 servers for the parameter server; embedding dim "
+               f"{tra[0]['dim']}, batch {tra[0]['batch']}; thread ranks; measured on {machine}):"), "",
               "| table rows | unique ids / step | PS bytes | mirrored bytes | PS s/step | mirrored s/step |",
               "|---:|---:|---:|---:|---:|---:|"]
     for t in tra:
         lines.append(f"| {t['vocab_rows']} | {t['unique_ids_per_step']:.0f} | {human_bytes(t['ps_bytes_per_step'], 3)} | "
                      f"{human_bytes(t['mirrored_bytes_per_step'], 3)} | {t['ps_s_per_step'] * 1e3:.1f} ms | "
                      f"{t['mirrored_s_per_step'] * 1e3:.1f} ms |")
-    lines += ["", (f"**Time to target** (per seed, the level straggler-free BSP's test log-loss sits at over 10–20% of "
-              f"the {con['horizon']:.0f}-unit horizon; mean {con['target_logloss']:.4f}, Bayes {con['bayes_logloss']:.4f}; median of {con['seeds']} "
-              f"seeds, simulated time units):"), "",
-              "| model | " + " | ".join(con["scenarios"]) + " |", "|---|" + "---:|" * len(con["scenarios"])]
+    window = "10% and 20%"  # benchmarks/ps.py, consistency(): mean_loss(0.10 * horizon, 0.20 * horizon)
+    lines += ["", "<!-- part:consistency -->",
+              (f"**Time to target**, in simulated time units (a normal step is one unit), median of "
+               f"{con['seeds']} seeds. The target of a seed is the mean test log-loss of straggler-free BSP "
+               f"between {window} of the {con['horizon']:.0f}-unit horizon ({con['target_logloss']:.4f} on average "
+               f"over the seeds; the Bayes log-loss is {con['bayes_logloss']:.4f}); "
+               f"measured on {machine}:"), "",
+              "| model | " + " | ".join(f"{name} straggler" for name in con["scenarios"]) + " |",
+              "|---|" + "---:|" * len(con["scenarios"])]
     names = [r["model"] for r in next(iter(con["scenarios"].values()))]
     for i, name in enumerate(names):
         cells = [_median_time(rows[i]["time_to_target"]) for rows in con["scenarios"].values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     wd = data["wide_deep"]
     ins, proto = wd["insteval"], wd.get("protocol", {})
-    lines += ["", (f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} training ratings, of which "
+    lines += ["", "<!-- part:wide-deep -->",
+              (f"**Wide & Deep on InstEval** (label: rating ≥ 4; {ins['train']} training ratings, of which "
               f"{ins['valid']} are the validation split that chose each model's settings, then every model "
               f"retrained on all {ins['train']}; {ins['test']} test ratings"
               + (f"; {proto['trials']} random configurations per W&D model, early stopping on validation AUC "
@@ -246,20 +267,6 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         lines += ["", "Fraction of InstEval test ratings whose value of a column or cross occurs in the training "
                       "split: " + ", ".join(f"{k.replace(' x ', ' × ')} {v:.1%}"
                                             for k, v in ins["seen_in_training"].items()) + "."]
-    if data.get("collisions"):
-        lines += ["", (f"**Hash-bucket collisions** ({data['collisions'][0]['buckets']} buckets): fraction of distinct "
-                      "values that share their bucket with another, measured and by the birthday formula "
-                      "1 − (1 − 1/m)^(n−1):"), "", "| distinct values n | measured | formula |", "|---:|---:|---:|"]
-        for c in data["collisions"]:
-            lines.append(f"| {c['values']} | {c['measured']:.4f} | {c['birthday_formula']:.4f} |")
-    if by_m:
-        lines += ["", (f"**Collisions against the bucket count** ({by_m[0]['values']} distinct values; fraction "
-                      "sharing a bucket):"), "",
-                  "| buckets m | hash-bucket column | crossed column (all pairs) | polynomial cross | formula |",
-                  "|---:|---:|---:|---:|---:|"]
-        for c in by_m:
-            lines.append(f"| {c['buckets']} | {c['hash_bucket_measured']:.4f} | {c['crossed_pairs_measured']:.4f} | "
-                         f"{c['polynomial_cross_measured']:.4f} | {c['birthday_formula']:.4f} |")
     ck = wd["click_log"]
     lines += ["", (f"**Synthetic click log** ({ck['train']} training examples, {ck['valid']} of them for "
               f"validation, {ck['test']} test; the true model's test AUC {ck['bayes_auc']:.4f} and log-loss "
@@ -270,4 +277,26 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         lines.append(f"| {r['model']} | {_config_text(r)} | {r['valid_auc']:.4f} | {r['auc']:.4f} | "
                      f"{ck['bayes_auc'] - r['auc']:.4f} | {r['logloss'] - ck['bayes_logloss']:.4f} |")
     lines += ["", f"*Machine:* {machine}."]
-    return figs, "\n".join(lines) + "\n"
+    if by_m:
+        lines += ["", "<!-- part:collisions-by-buckets -->",
+                  (f"**Collisions against the bucket count** ({by_m[0]['values']} distinct values; fraction "
+                   f"sharing a bucket; measured on {machine}):"), "",
+                  "| buckets m | hash-bucket column | crossed column (all pairs) | polynomial cross | formula |",
+                  "|---:|---:|---:|---:|---:|"]
+        for c in by_m:
+            lines.append(f"| {c['buckets']} | {c['hash_bucket_measured']:.4f} | {c['crossed_pairs_measured']:.4f} | "
+                         f"{c['polynomial_cross_measured']:.4f} | {c['birthday_formula']:.4f} |")
+    if data.get("collisions"):
+        lines += ["", "<!-- part:collisions -->",
+                  (f"**Hash-bucket collisions** ({data['collisions'][0]['buckets']} buckets, one draw of n random "
+                   "64-bit ids): the fraction of the n values whose bucket holds another of them, and its "
+                   "expectation for a uniform hash, 1 − (1 − 1/m)^(n−1), ± one standard deviation of a single "
+                   "draw (`expected_collision_rate` in `reference_impl/models/feature_columns.py`); measured on "
+                   f"{machine}:"), "",
+                  "| distinct values n | measured | expected ± sd | (measured − expected) / sd |",
+                  "|---:|---:|---:|---:|"]
+        for c in data["collisions"]:
+            mean, sd = expected_collision_rate(c["values"], c["buckets"])
+            lines.append(f"| {c['values']} | {c['measured']:.4f} | {c['birthday_formula']:.4f} ± {sd:.4f} | "
+                         f"{(c['measured'] - mean) / sd:+.1f} |")
+    return "\n".join(lines) + "\n"

@@ -136,7 +136,7 @@ def _time_figure(t: dict[str, Any], machine: str) -> bytes:
         ax.set_ylabel("median step time / DP's")
     axes[0].set_ylim(0, ymax * 1.22)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncol=len(shown), fontsize=8,
+    fig.legend(handles, labels, loc="outside upper center", ncol=2, fontsize=8,
                title="bars: each stage's median over plain DP's (dotted line: DP); "
                      "over ZeRO-3's pair: prefetch speedup (no prefetch / prefetch)", title_fontsize=8)
     return svg(fig)

@@ -90,22 +90,81 @@ def _warmup(data: dict[str, Any], machine: str) -> bytes:
 
 
 def _mixed(data: dict[str, Any], machine: str) -> bytes:
-    fig, axes = _fig(f"Measured on {machine}", 2)
+    """Underflow demo; the classifier's loss curves (on top of one another: their differences
+    are far below the line width); and each mixed-precision curve minus float32's."""
+    fig = Figure(figsize=(5.0, 9.0), layout="constrained")
+    axes = [fig.add_subplot(3, 1, i + 1) for i in range(3)]
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    fig.supxlabel(f"Measured on {machine}", color="0.35")
     mp = data["mixed_precision"]
     for i, (label, run) in enumerate(mp["underflow"].items()):
         axes[0].plot(range(len(run["losses"])), run["losses"], color=f"C{i}",
                      label=f"{label} ({100 * run['zero_grad_fraction']:.0f}% of gradients are 0 in float16)")
     axes[0].set_yscale("log")
+    low = min(x for run in mp["underflow"].values() for x in run["losses"] if x > 0)
+    axes[0].set_ylim(bottom=low / 1e5)  # empty room below the curves for the legend
     axes[0].set_title("underflowing gradients")
     axes[0].set_xlabel("step")
     axes[0].set_ylabel("loss")
-    axes[0].legend(fontsize=6.5)
-    for i, (label, run) in enumerate(mp["training"].items()):
-        axes[1].plot(range(len(run["losses"])), _finite(run["losses"]), color=f"C{i}", lw=1,
-                     alpha=0.8, label=f"{label}: val. loss {run['val_loss']:.4f}")
-    axes[1].set_title("classifier, Adam")
+    axes[0].legend(loc="lower left")
+    runs = mp["training"]
+    base_label, base = next(iter(runs.items()))
+    ref = _finite(base["losses"])
+    gap = 0.0
+    for i, (label, run) in enumerate(runs.items()):
+        losses = _finite(run["losses"])
+        axes[1].plot(range(len(losses)), losses, color=f"C{i}", lw=1, label=f"{label}: val. loss {run['val_loss']:.4f}")
+        if label != base_label:
+            diff = [a - b for a, b in zip(losses, ref)]
+            gap = max([gap] + [abs(d) for d in diff if math.isfinite(d)])
+            axes[2].plot(range(len(diff)), diff, color=f"C{i}", lw=1, label=f"{label} − {base_label}")
+    axes[1].set_title(f"classifier, Adam: the curves lie on one another\n(at most {gap:.3f} apart; below: the gaps)")
     axes[1].set_xlabel("step")
-    axes[1].legend(fontsize=6.5)
+    axes[1].set_ylabel("training loss (mini-batch)")
+    axes[1].legend(loc="upper right")
+    axes[2].axhline(0, color="0.3", lw=0.8)
+    axes[2].set_title(f"difference from {base_label}, same step")
+    axes[2].set_xlabel("step")
+    axes[2].set_ylabel("loss difference")
+    axes[2].legend(loc="upper right")
+    return svg(fig)
+
+
+def _mixed_memory(data: dict[str, Any], machine: str) -> bytes:
+    """Peak memory and time of one training step, float32 against float16 (mixed precision)."""
+    fig = Figure(figsize=(5.0, 5.6), layout="constrained")
+    axes = [fig.add_subplot(2, 1, i + 1) for i in range(2)]
+    fig.supxlabel(f"Measured on {machine}", color="0.35")
+    cost = data["mixed_precision"]["step_cost"]
+    st = data["settings"]["mixed_precision"]
+    names = list(cost)
+    hatches = ["", "//", "xx", ".."]
+    mib = [cost[k]["peak_bytes"] / 2**20 for k in names]
+    bars = axes[0].barh(range(len(names)), mib, color=[f"C{i}" for i in range(len(names))],
+                        hatch=None, edgecolor="0.2")
+    for b, h in zip(bars, hatches):
+        b.set_hatch(h)
+    axes[0].bar_label(bars, [f"{v:.2f} MiB" for v in mib], padding=3)
+    shown = [{"float16": "mixed\n(float16)"}.get(k, k) for k in names]
+    axes[0].set_yticks(range(len(names)), shown)
+    axes[0].invert_yaxis()
+    axes[0].set_xlim(0, max(mib) * 1.35)
+    axes[0].set_xlabel("peak memory of one training step (MiB, tracemalloc)")
+    axes[0].set_title(f"MLP {'-'.join(map(str, st['mem_widths']))}, batch {st['mem_batch']}: "
+                      f"{mib[-1] / mib[0]:.2f}× the memory" if len(names) == 2 else "peak memory")
+    ms = [statistics.median(cost[k]["step_seconds"]) * 1e3 for k in names]
+    bars = axes[1].barh(range(len(names)), ms, color=[f"C{i}" for i in range(len(names))], edgecolor="0.2")
+    for b, h in zip(bars, hatches):
+        b.set_hatch(h)
+    axes[1].bar_label(bars, [f"{v:,.0f} ms" if v >= 100 else f"{v:.3g} ms" for v in ms], padding=3)
+    axes[1].set_yticks(range(len(names)), shown)
+    axes[1].invert_yaxis()
+    axes[1].set_xscale("log")
+    axes[1].set_xlim(min(ms) / 2, max(ms) * 8)
+    axes[1].set_xlabel("median time of one step (ms, log scale; NumPy has\nno float16 matrix multiply on a CPU)")
+    for ax in axes:
+        ax.grid(True, axis="x", alpha=0.3)
     return svg(fig)
 
 
@@ -143,6 +202,7 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     _check(path, data)
     machine = machine_line(path, data)
     figs = {"init": _init(data, machine), "warmup": _warmup(data, machine), "mixed": _mixed(data, machine),
+            "mixed-memory": _mixed_memory(data, machine),
             "search": _search(data, machine)}
     lines = ["| experiment | configuration | measured |", "|---|---|---:|"]
     for act in ("tanh", "relu"):

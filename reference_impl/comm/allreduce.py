@@ -50,6 +50,7 @@ ALGORITHMS = (*IMPLEMENTATIONS, "auto")
 AUTO_LINK = LinkParams(alpha=11e-6, beta=0.17e-9, gamma=0.1e-9)
 
 
+# --8<-- [start:choose]
 @functools.lru_cache(maxsize=4096)  # a training loop asks the same few questions every step
 def choose_algorithm(n_bytes: int, n_ranks: int, link: LinkParams = AUTO_LINK) -> str:
     """The algorithm the cost model predicts fastest for ``n_bytes`` per rank on ``n_ranks``.
@@ -97,3 +98,4 @@ def allreduce(
     with explain_mismatch(comm, "allreduce", x, algorithm=algorithm):
         IMPLEMENTATIONS[algorithm](comm, flat, out, op)
     return xp.reshape(finish(op, out, comm.size), tuple(x.shape))
+# --8<-- [end:choose]

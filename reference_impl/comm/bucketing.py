@@ -16,6 +16,7 @@ from __future__ import annotations
 import numbers
 
 
+# --8<-- [start:plan_buckets]
 def plan_buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     """Group tensors, in the order backward produces them, into buckets of about ``bucket_bytes``.
 
@@ -43,3 +44,4 @@ def plan_buckets(sizes: list[int], bucket_bytes: int) -> list[list[int]]:
     if current:
         buckets.append(current)
     return buckets
+# --8<-- [end:plan_buckets]

@@ -37,6 +37,7 @@ def _check_sizes(sizes: Sequence[int], what: str) -> list[int]:
     return sizes
 
 
+# --8<-- [start:pingpong]
 def pingpong(
     comm: Communicator,
     sizes: Sequence[int],
@@ -79,6 +80,7 @@ def pingpong(
         if comm.rank == 0:
             times.append(statistics.median(halves))
     return times if comm.rank == 0 else None
+# --8<-- [end:pingpong]
 
 
 def reduction_time(
@@ -130,6 +132,7 @@ def _share_from_rank0(comm: Communicator, values: list[float] | None, count: int
     return buf.tolist()
 
 
+# --8<-- [start:calibrate]
 def calibrate(
     comm: Communicator,
     sizes: Sequence[int] = PINGPONG_SIZES,
@@ -157,3 +160,4 @@ def calibrate(
     if reduction_sizes:
         link = dataclasses.replace(link, gamma=fit_gamma(reduction_sizes, shared[len(sizes):]))
     return link
+# --8<-- [end:calibrate]

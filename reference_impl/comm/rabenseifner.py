@@ -35,6 +35,7 @@ def _span(bounds: list[tuple[int, int]], first: int, count: int) -> tuple[int, i
     return bounds[first][0], bounds[first + count - 1][1]
 
 
+# --8<-- [start:rabenseifner]
 def halving_reduce_scatter(comm: Communicator, out: Any, bounds: list[tuple[int, int]], op: str) -> None:
     """Recursive halving among ranks ``0 .. p2 - 1``: afterwards chunk ``rank`` of ``out`` is complete.
 
@@ -82,3 +83,4 @@ def rabenseifner_allreduce(comm: Communicator, x: Any, out: Any, op: str = "sum"
         halving_reduce_scatter(comm, out, bounds, op)
         doubling_allgather(comm, out, bounds)
     fold_out(comm, out)
+# --8<-- [end:rabenseifner]

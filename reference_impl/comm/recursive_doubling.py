@@ -33,6 +33,7 @@ def largest_power_of_two(p: int) -> int:
     return 1 << (p.bit_length() - 1)
 
 
+# --8<-- [start:recursive_doubling]
 def fold_in(comm: Communicator, out: Any, op: str) -> bool:
     """Fold the extra ranks into their partners; True if this rank takes part in the exchanges.
 
@@ -73,3 +74,4 @@ def recursive_doubling_allreduce(comm: Communicator, x: Any, out: Any, op: str =
             combine(op, xp, out, incoming)
             distance *= 2
     fold_out(comm, out)
+# --8<-- [end:recursive_doubling]

@@ -48,6 +48,7 @@ def chunk_bounds(n_elements: int, n_ranks: int) -> list[tuple[int, int]]:
     return bounds
 
 
+# --8<-- [start:ring]
 def ring_reduce_scatter(
     comm: Communicator, x: Any, out: Any, bounds: list[tuple[int, int]], op: str = "sum"
 ) -> None:
@@ -82,6 +83,7 @@ def ring_allreduce(comm: Communicator, x: Any, out: Any, op: str = "sum") -> Non
         out[...] = x
     ring_reduce_scatter(comm, x, out, bounds, op)
     ring_allgather(comm, out, bounds)
+# --8<-- [end:ring]
 
 
 def _owned_by_rank(bounds: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -28,6 +28,7 @@ from .communicator import Communicator
 from .ops import combine, finish
 
 
+# --8<-- [start:tree]
 def binomial_reduce(comm: Communicator, buf: Any, op: str, root: int = 0) -> None:
     """Reduce every rank's ``buf`` into the root's ``buf``; the other ranks' ``buf`` is scratch."""
     p, v = comm.size, (comm.rank - root) % comm.size
@@ -67,6 +68,7 @@ def tree_allreduce(comm: Communicator, x: Any, out: Any, op: str = "sum") -> Non
     out[...] = x
     binomial_reduce(comm, out, op, root=0)
     binomial_broadcast(comm, out, root=0)
+# --8<-- [end:tree]
 
 
 def _check_root(comm: Communicator, root: int, who: str) -> None:

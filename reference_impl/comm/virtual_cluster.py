@@ -76,6 +76,7 @@ class VirtualCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    # --8<-- [start:create]
     def _create(self) -> None:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
@@ -116,6 +117,7 @@ class VirtualCluster:
             subprocess.run(["ip", "link", "del", veth], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
         shutil.rmtree(self._dir, ignore_errors=True)
+    # --8<-- [end:create]
 
     @property
     def environment(self) -> dict[str, str]:

@@ -50,6 +50,7 @@ KERNEL_ARGTYPES = [ctypes.POINTER(LabTensor), ctypes.c_int64, ctypes.POINTER(Lab
                    ctypes.POINTER(LabAttr), ctypes.c_int64, ctypes.c_char_p, ctypes.c_int64]
 
 
+# --8<-- [start:check_array]
 def check_array(where: str, x: object, dtype: str, ndim: int | None, layout: str) -> np.ndarray:
     """Raise ``InvalidArgumentError`` (naming ``where``) unless ``x`` is safe to hand to C."""
     if not isinstance(x, np.ndarray):
@@ -75,6 +76,7 @@ def check_array(where: str, x: object, dtype: str, ndim: int | None, layout: str
             "kernel indexes it as dense row-major, so it would read the wrong elements; pass "
             "np.ascontiguousarray(x), or declare the input layout='strided' and use its strides in C")
     return x
+# --8<-- [end:check_array]
 
 
 def dtype_name(x: np.ndarray) -> str:
@@ -108,6 +110,7 @@ def attr_values(values: Sequence[int | float], kinds: Sequence[str]) -> ctypes.A
     return out
 
 
+# --8<-- [start:call_kernel]
 def call_kernel(fn: ctypes._CFuncPtr, op: str, inputs: Sequence[np.ndarray], output: np.ndarray,
                 attrs: ctypes.Array, n_attrs: int) -> np.ndarray:
     """Call a checked kernel; a non-zero status becomes ``KernelError`` naming ``op``."""
@@ -122,3 +125,4 @@ def call_kernel(fn: ctypes._CFuncPtr, op: str, inputs: Sequence[np.ndarray], out
         text = message.value.decode(errors="replace") or "(the kernel wrote no message)"
         raise KernelError(f"custom op {op!r}: kernel returned status {status}: {text}")
     return output
+# --8<-- [end:call_kernel]

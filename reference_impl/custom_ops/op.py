@@ -44,6 +44,7 @@ class Attr:
     kind: str = "int"
 
 
+# --8<-- [start:declare]
 class CustomOp:
     """An op whose kernel is C source: declare it, ``register()`` it, call it like a built-in.
 
@@ -111,6 +112,7 @@ class CustomOp:
             graph.REGISTRY.pop(self.name, None)
         graph.register(self.name, infer=self._infer, kernel=self._kernel, grad=self.grad)
         return self
+# --8<-- [end:declare]
 
     def __call__(self, *inputs: Any, name: str | None = None, **attrs: Any) -> Any:
         """The front-end function: a graph node, or the result now in eager mode."""

@@ -19,6 +19,7 @@ from .op import Attr, CustomOp, Input
 
 FLAGS = ("-O3",)  # GCC vectorises these inner loops at -O3, not at -O2
 
+# --8<-- [start:segment_sum]
 def _shape(shapes: list, attrs: dict) -> tuple | None:
     data, ids = shapes
     if attrs["num_segments"] < 0:
@@ -42,3 +43,4 @@ SparseSegmentSum = CustomOp(
 def sparse_segment_sum(data: Any, segment_ids: Any, num_segments: int, name: str | None = None) -> Any:
     """``out[s] = sum(data[i] for i where segment_ids[i] == s)``, shape ``[num_segments, d]``."""
     return SparseSegmentSum(data, segment_ids, num_segments=num_segments, name=name)
+# --8<-- [end:segment_sum]

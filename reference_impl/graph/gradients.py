@@ -25,6 +25,7 @@ def _as_list(x: Any) -> list:
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 
+# --8<-- [start:gradients]
 def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Tensor | None]:
     """d(sum of ys)/d x for each x, as new graph tensors (``None`` where no path connects them).
 
@@ -87,6 +88,7 @@ def gradients(ys: Any, xs: Any, grad_ys: Any = None) -> list[Tensor | None]:
                 if gi is not None and t.op in between and t.dtype in FLOATS:
                     contributions.setdefault(t, []).append(gi)
         return [_sum(contributions[x]) if x in contributions else None for x in xs]
+# --8<-- [end:gradients]
 
 
 def _sum(terms: Sequence[Tensor]) -> Tensor:

@@ -71,6 +71,7 @@ def _label(device: str) -> str:
     return f"{spec.job}{spec.task}"
 
 
+# --8<-- [start:partition]
 def partition(graph: Graph) -> dict[str, Graph]:
     """One graph per device of the placed ``graph``, with ``_Send``/``_Recv`` on every cut edge."""
     parts: dict[str, Graph] = {}
@@ -123,6 +124,7 @@ def partition(graph: Graph) -> dict[str, Graph]:
         n.device, n.colocation = op.device, op.colocation
         new_op[op] = n
     return parts
+# --8<-- [end:partition]
 
 
 def control_value() -> np.ndarray:

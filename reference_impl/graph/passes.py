@@ -26,6 +26,7 @@ from .registry import get_op_def
 from .rewrite import copy_op
 
 
+# --8<-- [start:passes]
 def dead_node_removal(graph: Graph, keep: Iterable[str]) -> Graph:
     """A copy holding only the ops named in ``keep`` and everything they depend on.
 
@@ -82,6 +83,7 @@ def constant_folding(graph: Graph, keep: Iterable[str] = ()) -> Graph:
         else:
             copy_op(new, op, tmap, omap)
     return new
+# --8<-- [end:passes]
 
 
 PassFn = Callable[[Graph, Iterable[str]], Graph]

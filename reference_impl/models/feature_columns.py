@@ -365,3 +365,21 @@ def collision_rate(n_values: int, buckets: int, seed: int = 0) -> float:
     ids = HashBucketColumn("x", buckets).ids({"x": values})
     _, inverse, counts = np.unique(ids, return_inverse=True, return_counts=True)
     return float(np.mean(counts[inverse] > 1))
+
+
+def expected_collision_rate(n_values: int, buckets: int) -> tuple[float, float]:
+    """Mean and standard deviation of ``collision_rate`` for a uniform hash: (p, sd).
+
+    A value shares its bucket unless the other n - 1 all miss it: p = 1 - (1 - 1/m)^(n-1), the
+    mean of the fraction by linearity. Two values i, j both share when they land together
+    (1/m), or apart with each bucket also hit by one of the other n - 2 values; so
+    Var(count) = n p (1 - p) + n (n - 1) (P(i and j) - p^2), and sd = sqrt(Var) / n.
+    With few expected collisions the measured fraction is a small count over n: at
+    n = 1000, m = 100,000 about C(n, 2) / m = 5 colliding pairs, sd 0.0044 around p = 0.0099.
+    """
+    n, m = n_values, buckets
+    miss = 1 - 1 / m
+    p = 1 - miss ** (n - 1)
+    both = 1 / m + (1 - 1 / m) * (1 - 2 * miss ** (n - 2) + (1 - 2 / m) ** (n - 2))
+    var = n * p * (1 - p) + n * (n - 1) * (both - p * p)
+    return p, float(np.sqrt(max(var, 0.0))) / n

@@ -96,6 +96,7 @@ class Master:
         s.nodes, s.version = nodes, s.version + 1
         return m.ExtendSessionResponse(s.version)
 
+    # --8<-- [start:run_step]
     def run_step(self, req: m.RunStepRequest) -> m.RunStepResponse:
         s = self._session(req.session_handle)
         for name in req.feed:
@@ -111,6 +112,7 @@ class Master:
             step_id = next(self._step_ids)
             values = self._run_graphs(s, plan, req, step_id)
         return m.RunStepResponse({name: values[name] for name in req.fetch}, step_id)
+    # --8<-- [end:run_step]
 
     def close_session(self, req: m.CloseSessionRequest) -> m.CloseSessionResponse:
         s = self._session(req.session_handle)
@@ -187,6 +189,7 @@ class Master:
         s.plans[key] = _Plan(handles, fetches, feeds, count_send_recv(parts)[0])
         return s.plans[key]
 
+    # --8<-- [start:run_graphs]
     def _run_graphs(self, s: MasterSession, plan: _Plan, req: m.RunStepRequest, step_id: int) -> dict:
         for device in plan.handles:
             if device in self.unavailable:
@@ -235,3 +238,4 @@ class Master:
             order = sorted(errors, key=lambda d: (d not in self.unavailable, list(errors).index(d)))
             raise StepError(f"step {step_id} failed: " + "; and ".join(errors[d] for d in order))
         return {k: v for r in results.values() for k, v in r.items()}
+    # --8<-- [end:run_graphs]

@@ -126,6 +126,7 @@ class Worker:
         return m.Ack("DeleteWorkerSession")
 
     # ------------------------------------------------------------ steps
+    # --8<-- [start:run_graph]
     def run_graph(self, req: m.RunGraphRequest) -> m.RunGraphResponse:
         """Run the partition ``req`` names for one step; the fetched values, or the error."""
         rendezvous = self._rendezvous(req.step_id)
@@ -162,6 +163,7 @@ class Worker:
             return m.RunGraphResponse(req.step_id, error=f"{type(e).__name__}: {e} "
                                       f"(after {time.monotonic() - start:.2f} s)")
         return m.RunGraphResponse(req.step_id, recv=dict(zip(req.recv_key, values)))
+    # --8<-- [end:run_graph]
 
     def _rendezvous(self, step_id: int) -> StepRendezvous | None:
         """The rendezvous of ``step_id`` (created by whichever comes first: its RunGraph or a

@@ -47,6 +47,7 @@ def max_abs_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) for x, y in zip(a, b))
 
 
+# --8<-- [start:order]
 def sum_in_order(arrays: list[np.ndarray], order: list[int]) -> np.ndarray:
     """``arrays[order[0]] + arrays[order[1]] + ...``, added left to right in that order."""
     if sorted(order) != list(range(len(arrays))):
@@ -87,6 +88,7 @@ def arrival_order_sum(arrays: list[np.ndarray], jitter_s: float = 1e-3, seed: in
     for t in threads:
         t.join()
     return total, order
+# --8<-- [end:order]
 
 
 def stale_sgd(

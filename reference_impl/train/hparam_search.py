@@ -110,6 +110,7 @@ def sample(space: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
     return {k: v.sample(rng) if hasattr(v, "sample") else v for k, v in space.items()}
 
 
+# --8<-- [start:successive_halving]
 def successive_halving(space: dict[str, Any], objective: Objective, n_configs: int, min_budget: int,
                        eta: int = 3, seed: int = 0) -> list[Trial]:
     """Successive halving from ``n_configs`` random configurations; returns every trial run.
@@ -133,6 +134,7 @@ def successive_halving(space: dict[str, Any], objective: Objective, n_configs: i
         rung.sort(key=lambda t: t.loss)
         survivors = [t.config for t in rung[:math.ceil(len(rung) / eta)]]
         budget *= eta
+# --8<-- [end:successive_halving]
 
 
 def total_budget(trials: list[Trial]) -> int:

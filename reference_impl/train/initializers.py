@@ -139,6 +139,7 @@ class TruncatedNormal(Initializer):
         return self.mean + self.stddev * z
 
 
+# --8<-- [start:variance_scaling]
 class VarianceScaling(Initializer):
     """Zero-mean weights of variance ``scale / n``, with ``n`` from ``mode``.
 
@@ -194,6 +195,7 @@ def HeUniform(seed: int | None = 0) -> VarianceScaling:
 def HeNormal(seed: int | None = 0) -> VarianceScaling:
     """He/Kaiming normal (truncated, rescaled): variance ``2 / fan_in``, for ReLU layers."""
     return VarianceScaling(2.0, "fan_in", "truncated_normal", seed)
+# --8<-- [end:variance_scaling]
 
 
 class Orthogonal(Initializer):

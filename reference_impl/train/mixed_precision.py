@@ -28,6 +28,7 @@ import reference_impl.graph as g
 from .optimizers import Adam, IndexedSlices, Optimizer, cast, where
 
 
+# --8<-- [start:loss_scale]
 def update_loss_scale(scale: float, good_steps: int, grads_finite: bool, growth_interval: int = 2000,
                       factor: float = 2.0, min_scale: float = 1.0) -> tuple[float, int, bool]:
     """One step of dynamic loss scaling: ``(new scale, new good-step count, apply this step?)``.
@@ -53,6 +54,7 @@ def unscale_gradients(scaled_grads: list[np.ndarray], scale: float) -> tuple[lis
     """
     grads = [np.asarray(gr, dtype=np.float32) / np.float32(scale) for gr in scaled_grads]
     return grads, all(bool(np.isfinite(gr).all()) for gr in grads)
+# --8<-- [end:loss_scale]
 
 
 def all_finite(tensors: list[g.Tensor]) -> g.Tensor:
@@ -68,6 +70,7 @@ def half(x: Any) -> g.Tensor:
     return cast(x, "float16")
 
 
+# --8<-- [start:optimizer]
 class LossScaleOptimizer:
     """Wraps an optimiser: scale the loss, unscale the float32 gradients, skip non-finite steps.
 
@@ -125,6 +128,7 @@ class LossScaleOptimizer:
             new_good = where(ok, where(grow, g.constant(np.float32(0)), good), g.constant(np.float32(0)))
             return g.group(train, g.assign(self.loss_scale, new_scale), g.assign(self.good_steps, new_good),
                            name=f"{name}/loss_scaled_update")
+# --8<-- [end:optimizer]
 
 
 def underflow_demo(loss_scale: float, steps: int = 150, n: int = 2048, d: int = 16, seed: int = 0,

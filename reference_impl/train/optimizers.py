@@ -199,6 +199,7 @@ class Optimizer:
 
 
 # ------------------------------------------------------------------ the optimisers
+# --8<-- [start:momentum]
 class GradientDescent(Optimizer):
     """``w <- w - lr * g``."""
 
@@ -226,6 +227,7 @@ class Momentum(Optimizer):
         v = self.momentum * slots["momentum"] + grad
         step = grad + self.momentum * v if self.use_nesterov else v
         return var - lr * step, {"momentum": v}
+# --8<-- [end:momentum]
 
 
 class Adagrad(Optimizer):
@@ -269,6 +271,7 @@ class RMSProp(Optimizer):
         return var - mom, {"ms": ms, "mom": mom}
 
 
+# --8<-- [start:adam]
 def adam_update(var: g.Tensor, grad: g.Tensor, m: g.Tensor, v: g.Tensor, lr: g.Tensor, t: g.Tensor,
                 beta1: float = 0.9, beta2: float = 0.999, epsilon: float = 1e-8,
                 weight_decay: float = 0.0) -> tuple[g.Tensor, g.Tensor, g.Tensor]:
@@ -314,6 +317,7 @@ class Adam(Optimizer):
         var, m, v = adam_update(var, grad, slots["m"], slots["v"], lr, t, self.beta1, self.beta2, self.epsilon,
                                 self.weight_decay)
         return var, {"m": m, "v": v}
+# --8<-- [end:adam]
 
 
 class AdamW(Adam):

@@ -109,6 +109,7 @@ class CosineDecay(Schedule):
         return self.learning_rate * ((1 - self.alpha) * cosine + self.alpha)
 
 
+# --8<-- [start:warmup]
 class LinearWarmup(Schedule):
     """Ramp linearly up to ``after`` over ``warmup_steps``: ``after(step) * (step + 1) / warmup_steps``.
 
@@ -127,6 +128,7 @@ class LinearWarmup(Schedule):
     def __call__(self, step: Any) -> np.ndarray:
         step = np.asarray(step, dtype=np.float64)
         return self.after(step) * np.minimum(1.0, (step + 1) / self.warmup_steps)
+# --8<-- [end:warmup]
 
 
 SCHEDULES = {cls.kind: cls for cls in (Constant, StepDecay, ExponentialDecay, CosineDecay, LinearWarmup)}
@@ -143,6 +145,7 @@ def from_config(config: dict[str, Any]) -> Schedule:
     return SCHEDULES[kind](**config)
 
 
+# --8<-- [start:linear_scaling]
 def linear_scaling_rule(base_learning_rate: float, base_batch_size: int, global_batch_size: int) -> float:
     """The learning rate for ``global_batch_size``, given one tuned at ``base_batch_size``.
 
@@ -154,3 +157,4 @@ def linear_scaling_rule(base_learning_rate: float, base_batch_size: int, global_
         raise ValueError("linear_scaling_rule: batch sizes must be >= 1, got "
                          f"base {base_batch_size} and global {global_batch_size}")
     return base * int(global_batch_size) / int(base_batch_size)
+# --8<-- [end:linear_scaling]

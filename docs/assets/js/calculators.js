@@ -7,7 +7,10 @@
  * Every <form data-calculator="..."> is recomputed on each input (an input with step="1" must
  * hold a whole number; a bad input is named in every output); each result is written
  * to an <output name="..."> as text and, unrounded, in its data-value attribute, which the
- * browser test compares with the Python functions.
+ * browser test compares with the Python functions. Names of code (recursive_doubling) are
+ * shown as words (k.labels). The page's Python snippet (the first code block with the class
+ * calculator-python after the form) is rewritten with the inputs, so that running it prints
+ * the results the form shows.
  */
 (function () {
   "use strict";
@@ -70,7 +73,7 @@
         if (best === null || t < best.t) best = { a: a, t: t };
       });
       out.seconds = [ALLREDUCE[v.algorithm](n, p, link), seconds];
-      out.best = [best.a, function (a) { return a + " (" + seconds(best.t) + ")"; }];
+      out.best = [best.a, function (a) { return label(k, a) + " (" + seconds(best.t) + ")"; }];
       return out;
     },
     "ps-vs-allreduce": function (v, k) {
@@ -130,6 +133,74 @@
     }
   };
 
+  function label(k, name) { return (k.labels && k.labels[name]) || String(name).replace(/_/g, " "); }
+
+  // Python literals for the snippets: numbers as JavaScript prints them (the same doubles in
+  // Python), names as strings.
+  function py(x) { return typeof x === "number" ? String(x) : JSON.stringify(String(x)); }
+  // The network argument: a profile name, or the link fitted on the benchmark machine.
+  function network(name, k) {
+    if (k.measured_profile && name === k.measured_profile) {
+      return { imports: ", measured_link", before: "link = measured_link(\"docs/assets/bench/alpha_beta.json\")"
+        + "  # the profile measured on this machine; run from the repository root\n", arg: "link" };
+    }
+    return { imports: "", before: "", arg: py(name) };
+  }
+
+  // The Python that gives each calculator's results: reference_impl/calculators.py, called
+  // with the form's inputs (run from the repository root).
+  var PYTHON = {
+    "allreduce-time": function (v, k) {
+      var net = network(v.interconnect, k);
+      return "from reference_impl.calculators import allreduce_seconds" + net.imports + "\n\n"
+        + "megabytes, ranks = " + py(v.megabytes) + ", " + py(v.ranks) + "\n" + net.before
+        + "seconds = allreduce_seconds(megabytes * 1e6, ranks, network=" + net.arg
+        + ", algorithm=" + py(v.algorithm) + ")\n"
+        + "print(seconds)\n";
+    },
+    "ps-vs-allreduce": function (v, k) {
+      var net = network(v.interconnect, k);
+      return "from reference_impl.calculators import ps_vs_allreduce" + net.imports + "\n\n"
+        + "megabytes = " + py(v.megabytes) + "\n" + net.before
+        + "t = ps_vs_allreduce(megabytes * 1e6, workers=" + py(v.workers) + ", servers=" + py(v.servers)
+        + ", network=" + net.arg + ")\n"
+        + "print(t)\n";
+    },
+    "pipeline-bubble": function (v) {
+      return "from reference_impl.calculators import pipeline_bubble_fraction\n\n"
+        + "fraction = pipeline_bubble_fraction(stages=" + py(v.stages) + ", microbatches=" + py(v.microbatches) + ")\n"
+        + "print(fraction)\n";
+    },
+    "training-memory": function (v) {
+      return "from reference_impl.calculators import training_memory\n\n"
+        + "m = training_memory(" + py(v.parameters_millions) + " * 1e6, precision=" + py(v.precision)
+        + ", optimizer=" + py(v.optimizer) + ",\n"
+        + "                    activation_values=" + py(v.activations_millions) + " * 1e6)\n"
+        + "print(m)\nprint(m.total)\n";
+    },
+    "sharded-memory": function (v) {
+      return "from reference_impl.calculators import sharded_memory\n\n"
+        + "m = sharded_memory(" + py(v.parameters_billions) + " * 1e9, layers=" + py(v.layers) + ", hidden="
+        + py(v.hidden) + ", heads=" + py(v.heads) + ", seq=" + py(v.seq) + ",\n"
+        + "                   batch=" + py(v.batch) + ", vocab=" + py(v.vocab) + ", precision=" + py(v.precision)
+        + ", optimizer=" + py(v.optimizer) + ",\n"
+        + "                   stage=" + Number(v.stage) + ", ranks=" + py(v.ranks) + ", recompute="
+        + (v.recompute === "yes" ? "True" : "False") + ")\n"
+        + "print(m)\nprint(m.total)\n";
+    }
+  };
+
+  // The first code block of class calculator-python that follows the form in the page.
+  function snippetAfter(form) {
+    var blocks = document.querySelectorAll(".calculator-python");
+    for (var i = 0; i < blocks.length; i++) {
+      if (form.compareDocumentPosition(blocks[i]) & Node.DOCUMENT_POSITION_FOLLOWING) {
+        return blocks[i].querySelector("code") || blocks[i];
+      }
+    }
+    return null;
+  }
+
   // Checks beyond "a number, at least min, whole where the input asks for a whole number".
   var CHECKS = {
     "sharded-memory": function (v) {
@@ -138,11 +209,12 @@
     }
   };
 
-  function fillSelect(select, names) {
+  function fillSelect(select, names, k) {
     if (select.options.length) return;
     names.forEach(function (name) {
       var o = document.createElement("option");
-      o.value = o.textContent = name;
+      o.value = name;
+      o.textContent = label(k, name);
       select.appendChild(o);
     });
     if (select.dataset.default) select.value = select.dataset.default;
@@ -156,8 +228,9 @@
       var compute = CALCULATORS[form.dataset.calculator];
       form.querySelectorAll("select[data-options]").forEach(function (sel) {
         var source = k[sel.dataset.options];  // a list of names, or a table keyed by name
-        fillSelect(sel, Array.isArray(source) ? source : Object.keys(source));
+        fillSelect(sel, Array.isArray(source) ? source : Object.keys(source), k);
       });
+      var snippet = snippetAfter(form), python = PYTHON[form.dataset.calculator];
       function update() {
         var values = {}, problem = null;
         form.querySelectorAll("input, select").forEach(function (el) {
@@ -173,7 +246,11 @@
         form.querySelectorAll("output").forEach(function (out) {
           if (problem !== null) { out.textContent = "enter valid numbers: " + problem; out.dataset.value = ""; }
         });
-        if (problem !== null) return;
+        if (problem !== null) {
+          if (snippet && python) snippet.textContent = "# enter valid numbers: " + problem + "\n";
+          return;
+        }
+        if (snippet && python) snippet.textContent = python(values, k);
         var results = compute(values, k);
         Object.keys(results).forEach(function (name) {
           var out = form.querySelector('output[name="' + name + '"]');

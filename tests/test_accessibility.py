@@ -1,0 +1,221 @@
+"""Accessibility: every page of the built site passes axe-core in Chromium, and screenshots.
+
+axe-core (shipped inside the ``axe-playwright-python`` package, never copied here) runs on
+every HTML page of the site built once a session (tests/conftest.py's ``built_site``), in
+Debian's Chromium through Playwright, with every request outside 127.0.0.1 aborted. A page
+fails on any violation that axe rates "serious" or "critical"; the message lists the page,
+the rule, and each offending element. Moderate and minor findings (best practices such as
+unique landmark names) are not failures.
+
+Every page is checked in the light scheme at desktop width with all of axe's default rules.
+The screenshots (home, a concept page, a question page, a calculator; at desktop 1280 px and
+phone 360 px widths; light and dark) go to ``build/test-artifacts/`` as
+``a11y-<page>-<width>-<scheme>.png``, and axe checks each of those sixteen views too, so the
+dark scheme's colours (code highlighting included) and the phone layout are checked on one
+page of each kind.
+
+Pages run a few at a time (one browser, one context per scheme and width, a pool of tabs):
+axe's colour-contrast rule is the slow part, and it runs in each tab's own renderer process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+
+FAILING_IMPACTS = ("serious", "critical")
+TABS = 2  # pages checked at once; each has its own renderer process
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 360, "height": 740}
+SHOTS = {  # screenshot name: page
+    "home": "",
+    "concept": "concepts/allreduce-vs-parameter-servers/",
+    "question": "questions/n000-q1/",
+    "calculator": "calculators/allreduce-time/",
+}
+SHOT_HEIGHT = 4000  # px of a long page kept in its screenshot (concept pages run far longer)
+
+# axe.run's options: violations only (the passes would be megabytes). ``RUN_ALL`` checks every
+# rule axe enables by default (WCAG 2.x A and AA, and best practices).
+RUN_ALL = {"resultTypes": ["violations"]}
+
+
+def _axe_script() -> str:
+    try:
+        from axe_playwright_python.base import AXE_SCRIPT
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("axe-playwright-python is not installed (pyproject.toml lists it)")
+        pytest.skip("axe-playwright-python is not installed")
+    return AXE_SCRIPT
+
+
+def _pages(site: Path) -> list[str]:
+    """Every HTML page of the built site, as a path relative to its root URL."""
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html"))
+    return [p.removesuffix("index.html") for p in pages]
+
+
+def _offline_context(browser, viewport: dict, scheme: str, outside: list[str], errors: list[str]):
+    """A context with axe injected into every page, the colour scheme emulated, and every
+    request leaving 127.0.0.1 aborted (and recorded)."""
+    context = browser.new_context(viewport=viewport, color_scheme=scheme, reduced_motion="reduce")
+    context.set_default_timeout(30_000)
+    context.add_init_script(_axe_script())
+
+    def route(r) -> None:
+        url = urlsplit(r.request.url)
+        if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    context.route("**/*", route)
+    context.on("weberror", lambda e: errors.append(str(e.error)))
+    return context
+
+
+def _goto(page, url: str, scheme: str) -> None:
+    page.goto(url, wait_until="load")
+    want = "slate" if scheme == "dark" else "default"
+    got = page.evaluate("document.body.getAttribute('data-md-color-scheme')")
+    assert got == want, f"{url}: the {scheme} scheme did not apply (data-md-color-scheme={got!r})"
+
+
+def _failures(label: str, result: dict) -> list[str]:
+    """One readable block per serious or critical violation of one page."""
+    out = []
+    for v in result["violations"]:
+        if v["impact"] not in FAILING_IMPACTS:
+            continue
+        nodes = v["nodes"]
+        lines = [f"{label}: {v['id']} ({v['impact']}, {len(nodes)} elements): {v['help']}"]
+        for node in nodes[:5]:
+            html = " ".join(node["html"].split())[:160]
+            summary = " ".join((node.get("failureSummary") or "").split())[:200]
+            lines.append(f"    {' '.join(map(str, node['target']))}: {html}\n      {summary}")
+        if len(nodes) > 5:
+            lines.append(f"    ... and {len(nodes) - 5} more")
+        out.append("\n".join(lines))
+    return out
+
+
+def _sweep(context, base: str, paths: list[str], scheme: str, options: dict) -> dict[str, dict]:
+    """axe on each page, ``TABS`` pages at a time: a tab loads its page and starts axe, then
+    the next tab does, and a tab's result is collected just before it loads its next page."""
+    tabs = [context.new_page() for _ in range(min(TABS, len(paths)))]
+    pending: list[str | None] = [None] * len(tabs)
+    results: dict[str, dict] = {}
+    start = f"() => {{ window.__axe = axe.run(document, {json.dumps(options)}); }}"
+
+    def collect(i: int) -> None:
+        if pending[i] is not None:
+            results[pending[i]] = tabs[i].evaluate("window.__axe")
+            pending[i] = None
+
+    for n, path in enumerate(paths):
+        i = n % len(tabs)
+        collect(i)
+        _goto(tabs[i], f"{base}/{path}", scheme)
+        tabs[i].evaluate(start)
+        pending[i] = path
+    for i in range(len(tabs)):
+        collect(i)
+    for tab in tabs:
+        tab.close()
+    return results
+
+
+def test_axe_reports_a_known_violation() -> None:
+    """The check can fail: axe, as injected here, reports an image without alt text and an
+    unlabelled input on a page made to have them."""
+    sync_playwright = chromium_or_skip()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            context.add_init_script(_axe_script())
+            page = context.new_page()
+            page.set_content(
+                "<!doctype html><html lang='en'><head><title>t</title></head><body><main>"
+                "<img src='data:image/gif;base64,R0lGODlhAQABAAAAACw='><input type='text'></main></body></html>"
+            )
+            result = page.evaluate(f"axe.run(document, {json.dumps(RUN_ALL)})")
+        finally:
+            browser.close()
+    found = {v["id"]: v["impact"] for v in result["violations"]}
+    assert found.get("image-alt") == "critical", found
+    assert found.get("label") == "critical", found
+    assert len(_failures("made-up page", result)) >= 2
+
+
+@pytest.mark.timeout(900)
+def test_every_page_passes_axe(built_site: Path, site_url: str) -> None:
+    """No serious or critical axe violation on any page (light scheme, desktop width)."""
+    sync_playwright = chromium_or_skip()
+    paths = _pages(built_site)
+    assert len(paths) > 50, f"only {len(paths)} pages were built"
+    outside: list[str] = []
+    errors: list[str] = []
+    failures: list[str] = []
+    timings = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for scheme, options in (("light", RUN_ALL),):
+                began = time.monotonic()
+                context = _offline_context(browser, DESKTOP, scheme, outside, errors)
+                results = _sweep(context, site_url, paths, scheme, options)
+                context.close()
+                timings[scheme] = time.monotonic() - began
+                assert set(results) == set(paths), "axe did not report on every page"
+                for path, result in results.items():
+                    failures += _failures(f"/{path} ({scheme})", result)
+        finally:
+            browser.close()
+    print(f"axe on {len(paths)} pages: " + ", ".join(f"{s} {t:.0f} s" for s, t in timings.items()))
+    assert not failures, f"{len(failures)} serious or critical accessibility violations:\n" + "\n".join(failures)
+    assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
+    assert not errors, f"page errors: {errors}"
+
+
+def test_screenshots_at_desktop_and_phone_width_in_light_and_dark(site_url: str) -> None:
+    """Screenshots of four kinds of page at two widths in two schemes, each view checked by axe."""
+    sync_playwright = chromium_or_skip()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    outside: list[str] = []
+    errors: list[str] = []
+    failures: list[str] = []
+    written = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for width, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
+                for scheme in ("light", "dark"):
+                    context = _offline_context(browser, viewport, scheme, outside, errors)
+                    page = context.new_page()
+                    for name, path in SHOTS.items():
+                        _goto(page, f"{site_url}/{path}", scheme)
+                        failures += _failures(f"/{path} ({width}, {scheme})", page.evaluate(
+                            f"axe.run(document, {json.dumps(RUN_ALL)})"))
+                        height = page.evaluate("document.documentElement.scrollHeight")
+                        shot = ARTIFACTS / f"a11y-{name}-{width}-{scheme}.png"
+                        page.screenshot(
+                            path=str(shot), full_page=True, animations="disabled",
+                            clip={"x": 0, "y": 0, "width": viewport["width"], "height": min(height, SHOT_HEIGHT)},
+                        )
+                        written.append(shot)
+                    context.close()
+        finally:
+            browser.close()
+    assert all(shot.is_file() and shot.stat().st_size > 10_000 for shot in written), written
+    assert len(written) == 16
+    assert not failures, f"{len(failures)} serious or critical accessibility violations:\n" + "\n".join(failures)
+    assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
+    assert not errors, f"page errors: {errors}"

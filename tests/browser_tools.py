@@ -16,7 +16,7 @@ import os
 import shutil
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -59,3 +59,26 @@ def serve_directory(directory: Path) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def keep_offline(target: Any, outside: list[str] | None = None) -> list[str]:
+    """Abort every request of ``target`` (a Playwright page or context) that leaves 127.0.0.1.
+
+    The site must work offline, so a page test lets through only the local server and
+    ``data:``/``blob:``/``about:`` URLs, and records every other request in ``outside`` (a new
+    list unless one is passed), which it returns for the test to assert empty.
+    """
+    from urllib.parse import urlsplit
+
+    outside = [] if outside is None else outside
+
+    def route(r: Any) -> None:
+        url = urlsplit(r.request.url)
+        if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
+            r.continue_()
+        else:
+            outside.append(r.request.url)
+            r.abort()
+
+    target.route("**/*", route)
+    return outside

@@ -23,10 +23,9 @@ import json
 import os
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, keep_offline
 
 FAILING_IMPACTS = ("serious", "critical")
 TABS = 2  # pages checked at once; each has its own renderer process
@@ -68,15 +67,7 @@ def _offline_context(browser, viewport: dict, scheme: str, outside: list[str], e
     context.set_default_timeout(30_000)
     context.add_init_script(_axe_script())
 
-    def route(r) -> None:
-        url = urlsplit(r.request.url)
-        if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    context.route("**/*", route)
+    keep_offline(context, outside)
     context.on("weberror", lambda e: errors.append(str(e.error)))
     return context
 

@@ -23,10 +23,9 @@ import subprocess
 import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, keep_offline
 from conftest import ROOT
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=timezone.utc)
@@ -62,15 +61,7 @@ class Offline:
         if clock is not None:
             self.page.clock.install(time=clock)
 
-        def route(r) -> None:
-            url = urlsplit(r.request.url)
-            if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
-                r.continue_()
-            else:
-                self.outside.append(r.request.url)
-                r.abort()
-
-        self.page.route("**/*", route)
+        keep_offline(self.page, self.outside)
         self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.url = f"{site_url}/practice/"

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
-from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, keep_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPT = "concepts/allreduce-vs-parameter-servers/index.html"
@@ -144,15 +144,7 @@ def _offline_page(browser, outside: list[str], errors: list[str]):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.set_default_timeout(15_000)
 
-    def route(r) -> None:
-        url = urlsplit(r.request.url)
-        if url.scheme in ("data", "blob", "about") or url.hostname == "127.0.0.1":
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
+    keep_offline(page, outside)
     page.on("console", lambda m: errors.append(f"{page.url}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(f"{page.url}: {e}"))
     return page

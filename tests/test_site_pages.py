@@ -18,10 +18,9 @@ import re
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, keep_offline
 
 ID = re.compile(r"N\d{3}-[QC]\d+|L\d{2}")
 QUESTION_DIR = re.compile(r"questions/(n\d{3}-[qc]\d+|l\d{2})/index\.html$")
@@ -121,14 +120,7 @@ def test_model_answer_is_hidden_until_the_reader_opens_it(site_url: str, ident: 
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.set_default_timeout(15_000)
 
-            def route(r) -> None:
-                if urlsplit(r.request.url).hostname == "127.0.0.1":
-                    r.continue_()
-                else:
-                    outside.append(r.request.url)
-                    r.abort()
-
-            page.route("**/*", route)
+            keep_offline(page, outside)
             page.goto(f"{site_url}/questions/{ident}/", wait_until="load")
             block = page.locator("h2#model-answer ~ details").first
             summary, answer = block.locator("summary"), block.locator("p").first

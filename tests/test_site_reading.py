@@ -22,7 +22,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
+from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, keep_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -158,18 +158,7 @@ def _browser(p):
 
 def _offline(page) -> list[str]:
     """Abort every request that leaves 127.0.0.1; the list of those requests."""
-    outside: list[str] = []
-
-    def route(r) -> None:
-        host = re.match(r"^[a-z]+://([^/:]+)", r.request.url)
-        if r.request.url.startswith(("data:", "blob:", "about:")) or (host and host.group(1) == "127.0.0.1"):
-            r.continue_()
-        else:
-            outside.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    return outside
+    return keep_offline(page)
 
 
 def test_learning_path_on_a_phone_and_on_a_desktop(site_url: str) -> None:

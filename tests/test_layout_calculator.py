@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
-import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 

@@ -82,3 +82,49 @@ def keep_offline(target: Any, outside: list[str] | None = None) -> list[str]:
 
     target.route("**/*", route)
     return outside
+
+
+def build_calculator_site(work: Path, pages: list[Path], bench: list[Path] = ()) -> Path:
+    """Build only the given calculator pages (with the site's JS, CSS, math and calculators hooks)
+    under ``work``, copying the benchmark JSON files ``bench`` they read; return the built site."""
+    import subprocess
+    import sys
+    import textwrap
+
+    root = Path(__file__).resolve().parents[1]
+    docs = work / "docs"
+    (docs / "calculators").mkdir(parents=True)
+    for page in pages:
+        shutil.copy(page, docs / "calculators" / page.name)
+    shutil.copytree(root / "docs" / "assets" / "js", docs / "assets" / "js")
+    shutil.copytree(root / "docs" / "assets" / "stylesheets", docs / "assets" / "stylesheets")
+    (docs / "assets" / "bench").mkdir()
+    for path in bench:
+        shutil.copy(path, docs / "assets" / "bench" / path.name)
+    (work / "mkdocs.yml").write_text(textwrap.dedent(f"""\
+        site_name: calculators
+        docs_dir: docs
+        theme:
+          name: material
+          font: false
+        extra_javascript:
+          - assets/js/calculators.js
+        extra_css:
+          - assets/stylesheets/calculators.css
+        hooks:
+          - {root / 'docs/hooks/math.py'}
+          - {root / 'docs/hooks/calculators.py'}
+        markdown_extensions:
+          - tables
+          - attr_list
+          - md_in_html
+          - pymdownx.superfences
+          - pymdownx.highlight
+          - pymdownx.arithmatex:
+              generic: true
+        """))
+    site = work / "site"
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=work,
+                          env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return site

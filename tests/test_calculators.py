@@ -13,16 +13,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, serve_directory
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, serve_directory
 
 from reference_impl import calculators as calc
 from reference_impl.comm.communicator import run_threads
@@ -212,41 +208,8 @@ def test_bad_input_names_the_problem(call, words) -> None:
 @pytest.fixture(scope="module")
 def calculator_site(tmp_path_factory) -> Path:
     """Only the calculator pages, built with the site's theme, math and calculators hooks."""
-    work = tmp_path_factory.mktemp("calc")
-    docs = work / "docs"
-    shutil.copytree(ROOT / "docs" / "calculators", docs / "calculators")
-    shutil.copytree(ROOT / "docs" / "assets" / "js", docs / "assets" / "js")
-    shutil.copytree(ROOT / "docs" / "assets" / "stylesheets", docs / "assets" / "stylesheets")
-    (docs / "assets" / "bench").mkdir()
-    shutil.copy(ALPHA_BETA, docs / "assets" / "bench" / "alpha_beta.json")
-    (work / "mkdocs.yml").write_text(textwrap.dedent(f"""\
-        site_name: calculators
-        docs_dir: docs
-        theme:
-          name: material
-          font: false
-        extra_javascript:
-          - assets/js/calculators.js
-        extra_css:
-          - assets/stylesheets/calculators.css
-        hooks:
-          - {ROOT / 'docs/hooks/math.py'}
-          - {ROOT / 'docs/hooks/calculators.py'}
-        markdown_extensions:
-          - tables
-          - attr_list
-          - md_in_html
-          - pymdownx.superfences
-          - pymdownx.highlight
-          - pymdownx.arithmatex:
-              generic: true
-        """))
-    out = work / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(out)], cwd=work,
-                          env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return out
+    return build_calculator_site(tmp_path_factory.mktemp("calc"), sorted((ROOT / "docs" / "calculators").glob("*.md")),
+                                 [ALPHA_BETA])
 
 
 @pytest.fixture(scope="module")

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import re
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
-from browser_tools import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, serve_directory
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, serve_directory
 
 from reference_impl.parallel import planner as P
 
@@ -66,37 +61,7 @@ def test_the_pages_megatron_table_is_the_planners() -> None:
 # --------------------------------------------------------------------------- in the browser
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    work = tmp_path_factory.mktemp("layout")
-    docs = work / "docs"
-    (docs / "calculators").mkdir(parents=True)
-    shutil.copy(PAGE, docs / "calculators" / PAGE.name)
-    shutil.copytree(ROOT / "docs" / "assets" / "js", docs / "assets" / "js")
-    shutil.copytree(ROOT / "docs" / "assets" / "stylesheets", docs / "assets" / "stylesheets")
-    (work / "mkdocs.yml").write_text(textwrap.dedent(f"""\
-        site_name: layout planner
-        docs_dir: docs
-        theme:
-          name: material
-          font: false
-        extra_javascript:
-          - assets/js/calculators.js
-        extra_css:
-          - assets/stylesheets/calculators.css
-        hooks:
-          - {ROOT / 'docs/hooks/math.py'}
-          - {ROOT / 'docs/hooks/calculators.py'}
-        markdown_extensions:
-          - tables
-          - attr_list
-          - md_in_html
-          - pymdownx.arithmatex:
-              generic: true
-        """))
-    site = work / "site"
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=work,
-                          env=dict(os.environ, NO_MKDOCS_2_WARNING="1"), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-
+    site = build_calculator_site(tmp_path_factory.mktemp("layout"), [PAGE])
     with serve_directory(site) as url:
         yield url
 

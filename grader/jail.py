@@ -46,12 +46,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 CLONE_NEWNS = 0x00020000
-MNT_DETACH = 2
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 0x1000, 0x4000, 1 << 18
 
 KEPT_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "MPLBACKEND", "PYTHONDONTWRITEBYTECODE",
@@ -85,19 +83,42 @@ def hide_paths(paths: list[str]) -> list[str]:
     return hidden
 
 
-def private_scratch(home: Path, uid: int, connection: bytes) -> list[str]:
+def cover_keeping(folder: Path, options: bytes, flags: int, keep: list[Path]) -> list[str]:
+    """Lay a tmpfs (mount ``options``) over ``folder``, keeping each of ``keep`` that lies inside
+    it visible at its place: a descriptor opened on it before the cover is bind-mounted back
+    (through ``/proc/self/fd``) onto a folder made in the new tmpfs. A checkout under ``/tmp``
+    keeps its interpreter and ``reference_impl`` when ``/tmp`` becomes private; an interpreter
+    under ``/root`` stays reachable when ``/root`` is replaced. Returns the paths bound back."""
+    inside = sorted({p for p in keep if p != folder and folder in p.parents}, key=lambda p: len(p.parts))
+    outermost = [p for p in inside if not any(q in p.parents for q in inside)]  # a bound folder brings its insides
+    handles = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in outermost if path.is_dir()]
+    try:
+        libc_call("mount", b"tmpfs", str(folder).encode(), b"tmpfs", ctypes.c_ulong(flags), options)
+        for path, fd in handles:
+            path.mkdir(parents=True, exist_ok=True)
+            libc_call("mount", f"/proc/self/fd/{fd}".encode(), str(path).encode(), None,
+                      ctypes.c_ulong(MS_BIND | MS_REC), None)
+    finally:
+        for _, fd in handles:
+            os.close(fd)
+    return [str(path) for path, _ in handles]
+
+
+def private_scratch(home: Path, uid: int, connection: bytes, keep: list[Path]) -> list[str]:
     """As root, in the kernel's mount namespace: a small tmpfs over ``/tmp``, ``/var/tmp`` and
     ``/dev/shm`` (filling them fills no disk, and the grader's files and sockets there are gone)
     and over the kernel's folder, owned by ``uid``, with the connection file and the usual
-    sub-folders in it. Returns the folders so covered."""
+    sub-folders in it. What the kernel needs under those folders (``keep``: the interpreter,
+    ``reference_impl`` and ``grader`` of a checkout in ``/tmp``) stays. Returns the folders
+    so covered."""
     covered = []
-    flags = ctypes.c_ulong(MS_NOSUID | MS_NODEV)
-    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+    flags = MS_NOSUID | MS_NODEV
+    for folder in SCRATCH_DIRS:
         if os.path.isdir(folder) and not os.path.islink(folder):
-            libc_call("mount", b"tmpfs", folder.encode(), b"tmpfs", flags, f"size={SCRATCH_BYTES},mode=1777".encode())
+            cover_keeping(Path(folder), f"size={SCRATCH_BYTES},mode=1777".encode(), flags, keep)
             covered.append(folder)
     home.mkdir(parents=True, exist_ok=True)
-    libc_call("mount", b"tmpfs", str(home).encode(), b"tmpfs", flags,
+    libc_call("mount", b"tmpfs", str(home).encode(), b"tmpfs", ctypes.c_ulong(flags),
               f"size={SCRATCH_BYTES},mode=0700,uid={uid},gid={uid}".encode())
     covered.append(str(home))
     for sub in ("work", "ipython", "runtime", "config", "tmp"):
@@ -121,8 +142,8 @@ def expose_paths(paths: list[Path]) -> list[str]:
 
     The interpreter may live under a folder only root may enter (``/root/.pyenv/...``). In
     the kernel's mount namespace that folder is replaced by an empty tmpfs holding just the
-    chain of folders down to each path, and the path itself is bind-mounted back: the kernel
-    can run Python, and sees nothing else of the private folder.
+    chain of folders down to each path, and the path itself is bound back (``cover_keeping``):
+    the kernel can run Python, and sees nothing else of the private folder.
     """
     blocked: dict[Path, list[Path]] = {}
     for path in {p.resolve() for p in paths}:
@@ -130,31 +151,13 @@ def expose_paths(paths: list[Path]) -> list[str]:
         if ancestor is not None:
             blocked.setdefault(ancestor, []).append(path)
     exposed: list[str] = []
-    if not blocked:
-        return exposed
-    stash = Path(tempfile.mkdtemp(prefix="lab-jail-", dir="/tmp"))  # outside every hidden folder
-    for number, (ancestor, inside) in enumerate(blocked.items()):
-        saved = []
-        for index, path in enumerate(sorted(inside)):
-            holder = stash / f"{number}-{index}"
-            holder.mkdir(parents=True)
-            libc_call("mount", str(path).encode(), str(holder).encode(), None,
-                      ctypes.c_ulong(MS_BIND | MS_REC), None)
-            saved.append((path, holder))
-        libc_call("mount", b"tmpfs", str(ancestor).encode(), b"tmpfs",
-                  ctypes.c_ulong(MS_NOSUID | MS_NODEV), b"size=64k,mode=0755")
-        for path, holder in saved:
-            path.mkdir(parents=True, exist_ok=True)
-            libc_call("mount", str(holder).encode(), str(path).encode(), None,
-                      ctypes.c_ulong(MS_BIND | MS_REC), None)
-            libc_call("umount2", str(holder).encode(), MNT_DETACH)
-            holder.rmdir()
-            exposed.append(str(path))
-    stash.rmdir()
+    for ancestor, inside in blocked.items():
+        exposed += cover_keeping(ancestor, b"size=64k,mode=0755", MS_NOSUID | MS_NODEV, inside)
     return exposed
 
 
 SCRATCH_BYTES = 256 * 1024 * 1024  # each writable tmpfs of a kernel (its folder, /tmp, /var/tmp, /dev/shm)
+SCRATCH_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # the kernel's own tmpfs, in place of the machine's
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/sys")  # read-only; /bin, /lib... are links into /usr or bound too
 
 
@@ -177,7 +180,7 @@ def bwrap_argv(bwrap: str, plan: dict[str, Any], home: Path, env: dict[str, str]
     if plan.get("device") == "gpu":  # CUDA's device files (untested here: no GPU in the suite's runs)
         for device in sorted(glob.glob("/dev/nvidia*")):
             argv += ["--dev-bind", device, device]
-    for scratch in ("/tmp", "/var/tmp", "/dev/shm"):  # private, and small: filling them fills no one's disk
+    for scratch in SCRATCH_DIRS:  # private, and small: filling them fills no one's disk
         argv += ["--size", str(SCRATCH_BYTES), "--tmpfs", scratch]
     exposed: list[str] = []
     candidates = [sys.base_prefix, sys.prefix, os.path.dirname(sys.executable), *site.getsitepackages()]
@@ -189,6 +192,12 @@ def bwrap_argv(bwrap: str, plan: dict[str, Any], home: Path, env: dict[str, str]
         for one in dict.fromkeys((path, real)):  # the path as named (a venv's link) and where it leads
             if os.path.isdir(one) and not _under(one, ["/usr", "/etc"]) and one not in exposed:
                 exposed.append(one)
+    # What lies inside a scratch tmpfs (a checkout under /tmp) gets a read-only tmpfs of its own
+    # around it, so the kernel cannot write beside its interpreter, even into its private /tmp
+    sealed = sorted({os.path.join(scratch, os.path.relpath(path, scratch).split(os.sep)[0])
+                     for path in exposed for scratch in SCRATCH_DIRS if _under(path, [scratch]) and path != scratch})
+    for top in sealed:
+        argv += ["--tmpfs", top]
     for path in sorted(exposed, key=len):
         argv += ["--ro-bind", path, path]
     # a folder to hide that lies inside an exposed one (a cache under the venv, say) is covered
@@ -199,6 +208,7 @@ def bwrap_argv(bwrap: str, plan: dict[str, Any], home: Path, env: dict[str, str]
     argv += ["--size", str(SCRATCH_BYTES), "--perms", "0700", "--tmpfs", str(home)]
     argv += [arg for sub in ("work", "ipython", "runtime", "config", "tmp") for arg in ("--dir", str(home / sub))]
     argv += ["--ro-bind", str(home / "connection.json"), str(home / "connection.json"), "--chdir", str(home / "work")]
+    argv += [arg for top in sealed for arg in ("--remount-ro", top)]
     argv += ["--remount-ro", "/"]  # the new root's own tmpfs: no writing beside the mounts above
     for key, value in env.items():
         argv += ["--setenv", key, value]
@@ -222,11 +232,11 @@ def main(argv: list[str]) -> None:
         index = kernel.index("-f") + 1
         connection = Path(kernel[index]).read_bytes()
         report["hidden"] = hide_paths(plan["hide"])
-        report["scratch"] = private_scratch(home, uid, connection)
+        needed = [Path(sys.base_prefix), Path(sys.prefix), Path(kernel[0]).parent,
+                  *(Path(repo) / name for repo in plan["expose"] for name in ("reference_impl", "grader"))]
+        report["scratch"] = private_scratch(home, uid, connection, [p.resolve() for p in needed])
         kernel[index] = str(home / "connection.json")
-        report["exposed"] = expose_paths(
-            [Path(sys.base_prefix), Path(sys.prefix), Path(kernel[0]).parent, home, *map(Path, plan["expose"])],
-        )
+        report["exposed"] = expose_paths([*needed, home, *map(Path, plan["expose"])])
         resource.setrlimit(resource.RLIMIT_NPROC, (plan["nproc"], plan["nproc"]))
         report["processes"] = f"at most {plan['nproc']} (user {uid}, private to this run)"
         report["files"] = ("kernel runs as an unprivileged user; course, hidden tests and gradebook hidden; "

@@ -7,10 +7,11 @@ fails on any violation that axe rates "serious" or "critical"; the message lists
 the rule, and each offending element. Moderate and minor findings (best practices such as
 unique landmark names) are not failures.
 
-Every page is checked in the light scheme at desktop width with all of axe's default rules.
-The screenshots (home, a concept page, a question page, a calculator; at desktop 1280 px and
+Every page is checked in the light scheme at desktop width with all of axe's default rules;
+the same visit checks that each of its images decodes and that it logs no error.
+The screenshots (home, a concept page, a question page, a calculator, the practice page; at desktop 1280 px and
 phone 360 px widths; light and dark) go to ``build/test-artifacts/`` as
-``a11y-<page>-<width>-<scheme>.png``, and axe checks each of those sixteen views too, so the
+``a11y-<page>-<width>-<scheme>.png``, and axe checks each of those views too, so the
 dark scheme's colours (code highlighting included) and the phone layout are checked on one
 page of each kind.
 
@@ -36,6 +37,7 @@ SHOTS = {  # screenshot name: page
     "concept": "concepts/allreduce-vs-parameter-servers/",
     "question": "questions/n000-q1/",
     "calculator": "calculators/allreduce-time/",
+    "practice": "practice/",
 }
 SHOT_HEIGHT = 4000  # px of a long page kept in its screenshot (concept pages run far longer)
 
@@ -97,10 +99,15 @@ def _failures(label: str, result: dict) -> list[str]:
     return out
 
 
-def _sweep(context, base: str, paths: list[str], scheme: str, options: dict) -> dict[str, dict]:
+def _sweep(context, base: str, paths: list[str], scheme: str, options: dict,
+           missing: list[str], errors: list[str]) -> dict[str, dict]:
     """axe on each page, ``TABS`` pages at a time: a tab loads its page and starts axe, then
-    the next tab does, and a tab's result is collected just before it loads its next page."""
+    the next tab does, and a tab's result is collected just before it loads its next page.
+    While a page is loaded, each of its images must have decoded (else it goes to ``missing``)
+    and every message the page logs as an error goes to ``errors``."""
     tabs = [context.new_page() for _ in range(min(TABS, len(paths)))]
+    for tab in tabs:
+        tab.on("console", lambda m, tab=tab: errors.append(f"{tab.url}: {m.text}") if m.type == "error" else None)
     pending: list[str | None] = [None] * len(tabs)
     results: dict[str, dict] = {}
     start = f"() => {{ window.__axe = axe.run(document, {json.dumps(options)}); }}"
@@ -114,6 +121,8 @@ def _sweep(context, base: str, paths: list[str], scheme: str, options: dict) -> 
         i = n % len(tabs)
         collect(i)
         _goto(tabs[i], f"{base}/{path}", scheme)
+        missing += [f"/{path}: {src}" for src in tabs[i].eval_on_selector_all(
+            "article img", "imgs => imgs.filter(i => !i.naturalWidth).map(i => i.getAttribute('src'))")]
         tabs[i].evaluate(start)
         pending[i] = path
     for i in range(len(tabs)):
@@ -147,14 +156,17 @@ def test_axe_reports_a_known_violation() -> None:
 
 
 @pytest.mark.timeout(900)
-def test_every_page_passes_axe(built_site: Path, site_url: str) -> None:
-    """No serious or critical axe violation on any page (light scheme, desktop width)."""
+def test_every_page_passes_axe_loads_its_images_and_logs_no_error(built_site: Path, site_url: str) -> None:
+    """No serious or critical axe violation on any page (light scheme, desktop width); on every
+    page each image decodes, no script fails and nothing is logged as an error; and no page asks
+    for anything outside 127.0.0.1."""
     sync_playwright = chromium_or_skip()
     paths = _pages(built_site)
     assert len(paths) > 50, f"only {len(paths)} pages were built"
     outside: list[str] = []
     errors: list[str] = []
     failures: list[str] = []
+    missing: list[str] = []
     timings = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -162,7 +174,7 @@ def test_every_page_passes_axe(built_site: Path, site_url: str) -> None:
             for scheme, options in (("light", RUN_ALL),):
                 began = time.monotonic()
                 context = _offline_context(browser, DESKTOP, scheme, outside, errors)
-                results = _sweep(context, site_url, paths, scheme, options)
+                results = _sweep(context, site_url, paths, scheme, options, missing, errors)
                 context.close()
                 timings[scheme] = time.monotonic() - began
                 assert set(results) == set(paths), "axe did not report on every page"
@@ -172,6 +184,7 @@ def test_every_page_passes_axe(built_site: Path, site_url: str) -> None:
             browser.close()
     print(f"axe on {len(paths)} pages: " + ", ".join(f"{s} {t:.0f} s" for s, t in timings.items()))
     assert not failures, f"{len(failures)} serious or critical accessibility violations:\n" + "\n".join(failures)
+    assert not missing, f"images that did not load: {missing}"
     assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
     assert not errors, f"page errors: {errors}"
 
@@ -206,7 +219,7 @@ def test_screenshots_at_desktop_and_phone_width_in_light_and_dark(site_url: str)
         finally:
             browser.close()
     assert all(shot.is_file() and shot.stat().st_size > 10_000 for shot in written), written
-    assert len(written) == 16
+    assert len(written) == len(SHOTS) * 4  # two widths, two schemes
     assert not failures, f"{len(failures)} serious or critical accessibility violations:\n" + "\n".join(failures)
     assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
     assert not errors, f"page errors: {errors}"

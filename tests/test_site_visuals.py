@@ -6,7 +6,8 @@
 * The plot palette keeps 3:1 contrast against the light page and, through the dark scheme's
   CSS filter, against the dark page.
 * In Chromium on the built site at 360 px: no plot runs off the screen, each plot's smallest
-  text is at least 9 px, the dark scheme re-colours plots and diagrams (light: no filter),
+  text is at least 9 px, each diagram's smallest text too (a wide diagram scrolls sideways in
+  a box of its own, which the keyboard can focus), the dark scheme re-colours plots and diagrams (light: no filter),
   fractions inside tables are as large as the table's text, and the glossary's Chinese
   column is drawn with a real CJK font (two different characters draw differently; with no
   CJK font both are the same empty box). Screenshots go to build/test-artifacts/.
@@ -295,6 +296,71 @@ def test_plots_fit_a_phone_and_their_text_stays_readable(built_site: Path, site_
     context.close()
     assert seen >= 40, f"only {seen} plots found on {len(pages)} pages"
     assert not problems, "\n".join(problems)
+
+
+def diagram_text(content: bytes) -> tuple[float, float]:
+    """(viewBox width, smallest text size) of a diagram: hand-drawn ones set ``font-size``
+    (on elements, in ``style`` attributes or in a ``<style>`` sheet); Matplotlib ones draw
+    text as paths (``svg_text_sizes``)."""
+    root = ET.fromstring(content)
+    width = float(root.get("viewBox").replace(",", " ").split()[2])
+    sizes = [pt for _, pt in svg_text_sizes(content)[1]]
+    for element in root.iter():
+        if element.get("font-size"):
+            sizes.append(float(element.get("font-size").removesuffix("px")))
+        rules = (element.get("style") or "") + (element.text or "" if element.tag == f"{SVG_NS}style" else "")
+        sizes += [float(v) for v in re.findall(r"font-size\s*:\s*([\d.]+)", rules)]
+    return width, min(sizes)
+
+
+def test_diagrams_keep_their_text_readable_on_a_phone(built_site: Path, site_url: str, browser) -> None:
+    """At 360 px every diagram's smallest text is at least 9 px; a diagram wider than the column
+    sits in a box that scrolls sideways, stays on the screen, and can be focused with the keyboard."""
+    texts = {svg.name: diagram_text(svg.read_bytes()) for svg in (ROOT / "docs/assets/diagrams").glob("*.svg")}
+    pages = sorted({html.parent.relative_to(built_site).as_posix() + "/"
+                    for html in built_site.rglob("index.html") if "assets/diagrams/" in html.read_text("utf-8")})
+    context, page = _page(browser, site_url)
+    # Diagrams are sized by CSS, not by their content: skip the scripts and the images' bytes.
+    page.route(re.compile(r".*\.(js|svg)(\?.*)?$"), lambda r: r.abort())
+    problems, seen = [], set()
+    for rel in pages:
+        page.goto(f"{site_url}/{rel}", wait_until="domcontentloaded")
+        boxes = page.eval_on_selector_all(
+            "img[src*='assets/diagrams/']",
+            """imgs => imgs.map(i => { const box = i.closest('.diagram-scroll');
+                 const b = box ? box.getBoundingClientRect() : i.getBoundingClientRect();
+                 return {src: i.getAttribute('src'), w: i.getBoundingClientRect().width, right: b.right,
+                         scrolls: box ? box.scrollWidth > box.clientWidth : false,
+                         tabindex: box ? box.getAttribute('tabindex') : null,
+                         label: box ? box.getAttribute('aria-label') : null}; })""")
+        for box in boxes:
+            name = Path(box["src"]).name
+            seen.add(name)
+            width, smallest = texts[name]
+            px = smallest * box["w"] / width
+            if px < MIN_PX:
+                problems.append(f"{rel}: {name} is {box['w']:.0f} px wide, its {smallest:g}-unit text {px:.1f} px")
+            if box["right"] > PHONE["width"] + 0.5:
+                problems.append(f"{rel}: {name}'s box runs off the screen (right edge {box['right']:.0f} px)")
+            if box["w"] > PHONE["width"] and not (box["scrolls"] and box["tabindex"] == "0" and box["label"]):
+                problems.append(f"{rel}: {name} is wider than the screen in a box that cannot be scrolled "
+                                f"from the keyboard ({box})")
+    context.close()
+    context, page = _page(browser, site_url)
+    page.goto(f"{site_url}/concepts/allreduce-vs-parameter-servers/", wait_until="load")
+    page.locator(".diagram-scroll").first.scroll_into_view_if_needed()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "visuals-phone-diagram-ring-allreduce.png"))
+    context.close()
+    assert len(seen) >= 30, f"only {len(seen)} diagrams found on {len(pages)} pages"
+    assert not problems, "\n".join(problems)
+
+    desktop = browser.new_context(viewport={"width": 1280, "height": 900})
+    wide = desktop.new_page()
+    wide.goto(f"{site_url}/concepts/allreduce-vs-parameter-servers/", wait_until="load")
+    fits = wide.eval_on_selector_all(".diagram-scroll", "bs => bs.map(b => b.scrollWidth <= b.clientWidth)")
+    desktop.close()
+    assert fits and all(fits), "on a desktop screen a diagram is as wide as the column, with nothing to scroll"
 
 
 def _figure_filters(page) -> dict[str, str]:

@@ -357,7 +357,8 @@
       el("td", { class: "progress-exercises", text: s.exercise === null ? "no exercise" : `${pct(s.exercise)} (${s.graded.length} of ${s.assignments.length} graded)` }),
       el("td", {}, [el("meter", { min: "0", max: "1", value: String(s.mastery), "aria-label": `mastery of ${s.topic}` }), " ", pct(s.mastery)]),
     ]));
-    box.replaceChildren(el("table", { id: "progress-table" }, [
+    // On a phone the table scrolls sideways: focusable, so the keyboard can scroll it too.
+    box.replaceChildren(el("table", { id: "progress-table", tabindex: "0", "aria-label": "Mastery per topic" }, [
       el("thead", {}, [el("tr", {}, ["topic", "practised", "recall now", "rubric points covered", "exercises", "mastery"].map((h) => el("th", { text: h })))]),
       el("tbody", {}, rows),
     ]), el("p", { id: "progress-summary", text:

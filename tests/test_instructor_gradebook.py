@@ -176,3 +176,53 @@ def test_nbgrader_export_as_an_ordinary_user(graded_class):
         expected[student, SECOND] = (0.0, 3.0)
     expected["eve", ASSIGNMENT] = (0.0, 6.0)
     assert got == expected
+
+
+# --------------------------------------------------------------------------- Jupyter
+
+
+def _plain(text: str) -> str:
+    """``text`` without terminal colours."""
+    import re
+
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_the_venvs_jupyter_turns_off_nbgraders_student_extensions():
+    """``make venv`` turns off the Assignment List and Courses (they need nbgrader's exchange
+    folder, which this lab does not use) in the venv's own configuration; the formgrader stays.
+    Listed as an ordinary user, whose home holds no Jupyter configuration of ours."""
+    who = learner()
+    jupyter = str(Path(sys.prefix) / "bin" / "jupyter")
+    server = who.run([jupyter, "server", "extension", "list"], cwd=Path("/"), timeout=120)
+    listed = _plain(server.stdout + server.stderr)
+    for name, state in [("assignment_list", "disabled"), ("course_list", "disabled"),
+                        ("formgrader", "enabled"), ("validate_assignment", "enabled")]:
+        assert f"nbgrader.server_extensions.{name} {state}" in listed, listed
+    lab = who.run([jupyter, "labextension", "list"], cwd=Path("/"), timeout=120)
+    disabled = _plain(lab.stdout + lab.stderr).split("Disabled extensions:")[-1]
+    assert "@jupyter/nbgrader:assignment-list" in disabled and "@jupyter/nbgrader:course-list" in disabled
+    assert "@jupyter/nbgrader:formgrader" not in disabled
+    assert not (who.home / ".jupyter").exists() or not any((who.home / ".jupyter").rglob("*nbgrader*"))
+
+
+@pytest.mark.parametrize("which", ["tiny", "01"])
+def test_a_started_notebook_is_already_what_jupyter_saves(which, tmp_path):
+    """Opening a notebook from ``grader start`` and saving it as Jupyter does (nbformat read,
+    then write with NO_CONVERT) gives back the same bytes: nothing to mark it modified. The
+    tiny course's source is compact JSON without cell ids, the lab's first exercise as it is."""
+    import nbformat
+
+    args: tuple[str, ...] = ()
+    if which == "tiny":
+        course = tmp_path / "course"
+        (course / "nbgrader_config.py").parent.mkdir()
+        (course / "nbgrader_config.py").write_text((ROOT / "exercises" / "nbgrader_config.py").read_text())
+        write_nb(course / "source" / ASSIGNMENT / "tiny.ipynb", tiny_notebook())
+        args = ("--course", str(course))
+    Started(*args, "start", "01", "--dir", "work", cwd=tmp_path).wait().ok()
+    started = next((tmp_path / "work").rglob("*.ipynb"))
+    before = started.read_bytes()
+    nbformat.write(nbformat.read(started, as_version=4), tmp_path / "saved.ipynb", version=nbformat.NO_CONVERT)
+    assert (tmp_path / "saved.ipynb").read_bytes() == before
+    assert all("id" in cell for cell in json.loads(before)["cells"])

@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+JUPYTER_CONFIG := $(VENV)/.jupyter-configured
 # Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
 export NO_MKDOCS_2_WARNING := 1
 
@@ -16,15 +17,28 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	@touch $(STAMP)
 
-venv: $(STAMP)
+# nbgrader's student-side "Assignment List" and "Courses" need an exchange directory (a shared
+# /srv/nbgrader/exchange) that this lab does not use: learners get notebooks with `grader start`.
+# They are turned off in the venv's own Jupyter configuration (.venv/etc/jupyter, the sys-prefix
+# level), never in the user's home; the formgrader and "Validate" stay. See docs/grading.md.
+$(JUPYTER_CONFIG): $(STAMP) Makefile
+	$(VENV)/bin/jupyter server extension disable --sys-prefix \
+	  nbgrader.server_extensions.assignment_list nbgrader.server_extensions.course_list
+	$(VENV)/bin/jupyter labextension disable --level=sys_prefix \
+	  @jupyter/nbgrader:assignment-list @jupyter/nbgrader:course-list
+	$(VENV)/bin/jupyter labextension lock --level=sys_prefix \
+	  @jupyter/nbgrader:assignment-list @jupyter/nbgrader:course-list
+	@touch $(JUPYTER_CONFIG)
 
-serve: $(STAMP)          ## build the site and serve it on http://127.0.0.1:8000 (rebuilds on edit)
+venv: $(STAMP) $(JUPYTER_CONFIG)
+
+serve: $(STAMP) $(JUPYTER_CONFIG)  ## build the site and serve it on http://127.0.0.1:8000 (rebuilds on edit)
 	$(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
 
 site: $(STAMP)           ## static build into site/
 	$(PY) -m mkdocs build --strict
 
-test: $(STAMP)           ## the whole suite
+test: $(STAMP) $(JUPYTER_CONFIG)  ## the whole suite
 	$(PY) -m pytest
 
 BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimizers training_loop sharded model_parallel

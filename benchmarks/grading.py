@@ -116,8 +116,8 @@ def throughput(n_submissions: int, jobs: list[int], scratch: Path,
         target.parent.mkdir(parents=True)
         shutil.copyfile(notebook, target)
     workspace = scratch / "workspace"
-    collect(handed_in, workspace)
     course = Course.at(ROOT / "exercises")
+    collect(handed_in, course, workspace)
     runs = []
     for n_jobs in jobs:
         t0 = time.perf_counter()

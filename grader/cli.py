@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from .check import DEFAULT_TIMEOUT, grade
 from .course import Course, InputProblem
@@ -26,6 +28,7 @@ from .instructor import (
     autograde,
     collect,
     cores,
+    submissions,
     export,
     write_feedback,
 )
@@ -162,11 +165,17 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the class workspace (relative to the current directory)")
 
     collect_cmd = command("collect", "copy a folder of submissions into the class workspace",
-                          "Collect DIR/<student>.ipynb and DIR/<student>/<notebook>.ipynb into the workspace.")
+                          "Collect DIR/<student>.ipynb, DIR/<student>/<notebook>.ipynb and nbgrader's "
+                          "DIR/<student>/<assignment>/<notebook>.ipynb into the workspace (an nbgrader course "
+                          "directory), as submitted/<student>/<assignment>/<notebook>.ipynb. A notebook whose "
+                          "assignment cannot be told is left out and reported.")
     collect_cmd.add_argument("folder", type=Path, metavar="DIR", help="the folder of submissions")
     workspace(collect_cmd)
     autograde_cmd = command("autograde", "grade every collected submission, one process per core",
-                            "Grade the collected submissions in parallel; a bad one never stops the rest.")
+                            "Grade the collected submissions in parallel, each in a worker process of its own; "
+                            "a bad one (or a worker that crashes) never stops the rest. Scores go to "
+                            "results/ and to nbgrader's gradebook (gradebook.db), where nbgrader's formgrader "
+                            "and `nbgrader export` find them. Shows a progress bar with the time left.")
     workspace(autograde_cmd)
     autograde_cmd.add_argument("--jobs", type=_count, default=None, metavar="N",
                                help=f"submissions graded at once (default: one per core, here {cores()})")
@@ -289,10 +298,48 @@ def _progress(args: argparse.Namespace) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    collected = collect(args.folder, args.workspace)
+    collected, skipped = collect(args.folder, Course.at(args.course), args.workspace)
+    for path, why in skipped:
+        print(f"left out: {why}", file=sys.stderr)
     students = {s.student for s in collected}
-    print(f"collected {len(collected)} notebooks of {len(students)} students into {args.workspace / 'submitted'}")
+    print(f"collected {len(collected)} notebooks of {len(students)} students into {args.workspace / 'submitted'}"
+          + (f"; {len(skipped)} left out (above)" if skipped else ""))
     return EXIT_OK
+
+
+class _Progress:
+    """What ``autograde`` shows as each submission is graded: its line and how far the class is.
+
+    On a terminal, tqdm's bar (done, total, elapsed and the estimated time left) on stderr,
+    with each submission's line printed above it; otherwise (a log, a pipe) no bar is
+    redrawn: each submission's line starts with the same counts, ``[3/10, 0:42 elapsed, ETA 1:38]``.
+    """
+
+    def __init__(self, total: int, stream: Any = None):
+        from tqdm import tqdm
+
+        self.total, self.done, self.start = total, 0, time.monotonic()
+        self.format_interval = tqdm.format_interval
+        stream = stream or sys.stderr
+        self.bar = tqdm(total=total, unit="notebook", desc="autograde", file=stream) if stream.isatty() else None
+
+    def __call__(self, r: dict) -> None:
+        self.done += 1
+        why = f"  ({r['error']})" if r.get("error") else ""
+        line = (f"{r['student']}/{r['assignment'] or '?'}/{r['submission']}: {r['status']} "
+                f"{r['score']:g}/{r['max_score']:g}{why}")
+        if self.bar is not None:
+            self.bar.write(line, file=sys.stdout)
+            self.bar.update()
+            return
+        elapsed = time.monotonic() - self.start
+        left = elapsed / self.done * (self.total - self.done)
+        print(f"[{self.done}/{self.total}, {self.format_interval(elapsed)} elapsed, "
+              f"ETA {self.format_interval(left)}] {line}", flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _autograde(args: argparse.Namespace) -> int:
@@ -301,15 +348,15 @@ def _autograde(args: argparse.Namespace) -> int:
     if refused := _untrusted_refused(args):
         return _fail(refused, EXIT_INPUT)
     course = Course.at(args.course)
-
-    def show(r: dict) -> None:
-        why = f"  ({r['error']})" if r.get("error") else ""
-        print(f"{r['student']}/{r['submission']}: {r['status']} {r['score']:g}/{r['max_score']:g}{why}", flush=True)
-
-    records = autograde(args.workspace, course, jobs=args.jobs, timeout=args.timeout,
-                        cell_timeout=args.cell_timeout, memory_mb=args.memory_mb, on_record=show)
+    progress = _Progress(len(submissions(args.workspace)))
+    try:
+        records = autograde(args.workspace, course, jobs=args.jobs, timeout=args.timeout,
+                            cell_timeout=args.cell_timeout, memory_mb=args.memory_mb, on_record=progress)
+    finally:
+        progress.close()
     graded = sum(1 for r in records if r["status"] == "graded")
-    print(f"graded {graded} of {len(records)} submissions completely; records in {args.workspace / 'results'}")
+    print(f"graded {graded} of {len(records)} submissions completely; records in {args.workspace / 'results'}, "
+          f"scores in the gradebook {args.workspace / 'gradebook.db'}")
     return EXIT_OK
 
 

@@ -139,10 +139,27 @@ def generate_release(course: Course, assignments: list[Assignment], root: Path, 
             content = json.loads(released.read_text(encoding="utf-8"))
             check_no_leaks(json.loads(source.read_text(encoding="utf-8")), content,
                            f"{assignment.name}/{source.name}")
-            if _strip_written_hints(content):
-                released.write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            _strip_written_hints(content)
+            released.write_text(in_jupyter_form(content), encoding="utf-8")
             staged.append((released, f"{assignment.name}/{source.name}"))
     return staged
+
+
+def in_jupyter_form(content: dict) -> str:
+    """``content`` as the text Jupyter itself saves, so that opening the notebook changes nothing.
+
+    Jupyter's contents manager reads a notebook with ``nbformat.reads`` and saves it with
+    ``nbformat.write(nb, version=nbformat.NO_CONVERT)`` (jupyter_server/services/contents/fileio.py,
+    ``_read_notebook`` and ``_save_notebook``): sorted keys, one-space indent, a final newline
+    (nbformat/__init__.py, ``write``). nbformat's ``validator.normalize`` first adds what a
+    reader would add (cell ids of nbformat 4.5, for one), so the released file already holds it.
+    """
+    import nbformat
+    from nbformat.validator import normalize
+
+    _, normalised = normalize(content)
+    text = nbformat.writes(nbformat.from_dict(normalised), version=nbformat.NO_CONVERT)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def release_all(course: Course, out: Path, *, timeout: float = DEFAULT_TIMEOUT) -> Released:

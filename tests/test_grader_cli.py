@@ -257,16 +257,19 @@ def test_a_class_through_collect_autograde_feedback_export(tiny_course, tmp_path
     handed_in = tmp_path / "handed-in"
     write_nb(handed_in / "alice.ipynb", tiny_notebook())
     write_nb(handed_in / "bob" / "tiny.ipynb", partial_notebook())
-    (handed_in / "carol.ipynb").write_text('{"cells": [')  # broken JSON
+    (handed_in / "carol").mkdir()
+    (handed_in / "carol" / "tiny.ipynb").write_text('{"cells": [')  # broken JSON, placed by its name
+    (handed_in / "erin.ipynb").write_text('{"cells": [')  # broken JSON naming no assignment: left out
     write_nb(handed_in / "dave" / "my attempt.ipynb", hanging_notebook())
     work = tmp_path / "work"
     work.mkdir()
 
     collected = start("collect", str(handed_in), cwd=work, course=tiny_course).wait().ok()
-    assert "collected 4 notebooks of 4 students" in collected.stdout
+    assert "collected 4 notebooks of 4 students" in collected.stdout and "1 left out" in collected.stdout
+    assert "erin.ipynb: not a Jupyter notebook" in collected.stderr
     assert sorted(p.relative_to(work / "grader-class" / "submitted").as_posix()
                   for p in (work / "grader-class" / "submitted").rglob("*.ipynb")) == [
-        "alice/alice.ipynb", "bob/tiny.ipynb", "carol/carol.ipynb", "dave/my attempt.ipynb"]
+        f"{s}/{ASSIGNMENT}/tiny.ipynb" for s in ("alice", "bob", "carol", "dave")]
 
     t0 = time.monotonic()
     graded = start("autograde", "--jobs", "2", "--cell-timeout", "3", "--timeout", "40",
@@ -281,10 +284,10 @@ def test_a_class_through_collect_autograde_feedback_export(tiny_course, tmp_path
     assert (rows["alice"]["status"], float(rows["alice"]["score"]), float(rows["alice"]["max_score"])) == ("graded", 6, 6)
     assert (rows["bob"]["status"], float(rows["bob"]["score"])) == ("graded", 3)
     assert rows["carol"]["status"] == "invalid"
-    assert "carol/carol.ipynb: not a Jupyter notebook (invalid JSON" in rows["carol"]["error"]
-    assert float(rows["carol"]["score"]) == 0 and rows["carol"]["assignment"] == ""
+    assert f"carol/{ASSIGNMENT}/tiny.ipynb: not a Jupyter notebook (invalid JSON" in rows["carol"]["error"]
+    assert float(rows["carol"]["score"]) == 0 and rows["carol"]["assignment"] == ASSIGNMENT
     assert float(rows["dave"]["score"]) == 0 and rows["dave"]["assignment"] == ASSIGNMENT
-    dave = json.loads((work / "grader-class" / "results" / "dave" / "my attempt.json").read_text())
+    dave = json.loads((work / "grader-class" / "results" / "dave" / ASSIGNMENT / "tiny.json").read_text())
     assert any("ran longer than 3 s" in e["error"] for e in dave["cell_errors"]), dave["cell_errors"]
 
     data = json.loads((work / "grader-class" / "scores.json").read_text())
@@ -462,23 +465,30 @@ def test_grading_plot_summarises_overhead_and_speedup(tmp_path):
         plot_grading.plot(tmp_path / "grading.json", broken)
 
 
-def test_collect_layouts_and_recollect(tmp_path):
+def test_collect_layouts_and_recollect(tiny_course, tmp_path):
     from grader.course import InputProblem
     from grader.instructor import collect, submissions
 
+    course = Course.at(tiny_course)
     hand = tmp_path / "hand"
     write_nb(hand / "erin.ipynb", tiny_notebook())
-    write_nb(hand / "frank" / "a.ipynb", tiny_notebook())
-    write_nb(hand / "frank" / "sub" / "b.ipynb", tiny_notebook())
+    write_nb(hand / "frank" / "sub" / "b.ipynb", tiny_notebook())  # found at any depth, named by its metadata
     write_nb(hand / "frank" / ".ipynb_checkpoints" / "a-checkpoint.ipynb", tiny_notebook())
     write_nb(hand / ".hidden.ipynb", tiny_notebook())
     workspace = hand / "grader-class"  # the workspace inside the folder is not a student
-    got = sorted(s.key for s in collect(hand, workspace))
-    assert got == ["erin/erin.ipynb", "frank/a.ipynb", "frank/b.ipynb"]
-    assert sorted(s.key for s in collect(hand, workspace)) == got  # collecting again: same, nothing nested
+    got, skipped = collect(hand, course, workspace)
+    assert sorted(s.key for s in got) == [f"erin/{ASSIGNMENT}/tiny.ipynb", f"frank/{ASSIGNMENT}/tiny.ipynb"]
+    assert skipped == []
+    assert collect(hand, course, workspace)[0] == got  # collecting again: same, nothing nested
     (hand / "frank" / "sub" / "b.ipynb").unlink()
-    collect(hand, workspace)
-    assert sorted(s.key for s in submissions(workspace)) == ["erin/erin.ipynb", "frank/a.ipynb"]
+    write_nb(hand / "frank" / "other.ipynb", {**tiny_notebook(), "metadata": {}})  # no metadata, no known name
+    got, skipped = collect(hand, course, workspace)
+    assert [s.key for s in got] == [f"erin/{ASSIGNMENT}/tiny.ipynb"]
+    assert [p.name for p, _ in skipped] == ["other.ipynb"] and "which assignment is this?" in skipped[0][1]
+    # frank handed in nothing usable this time: his earlier copy stays (only what is collected is replaced)
+    assert sorted(s.key for s in submissions(workspace)) == [f"erin/{ASSIGNMENT}/tiny.ipynb",
+                                                             f"frank/{ASSIGNMENT}/tiny.ipynb"]
+    write_nb(hand / "frank" / "a.ipynb", tiny_notebook())
     write_nb(hand / "frank" / "sub" / "a.ipynb", tiny_notebook())
-    with pytest.raises(InputProblem, match="student frank handed in two notebooks called a.ipynb"):
-        collect(hand, workspace)
+    with pytest.raises(InputProblem, match=f"student frank handed in two notebooks for {ASSIGNMENT}/tiny.ipynb"):
+        collect(hand, course, workspace)

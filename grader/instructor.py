@@ -294,11 +294,11 @@ class GradebookWriter:
             if notebook.name != sub.path.stem:
                 continue
             by_hand = {c.name for c in notebook.notebook.solution_cells}
-            for grade in notebook.grades:
-                if grade.name in scores:
-                    grade.auto_score = scores[grade.name]
-                elif grade.cell.cell_type == "code" and grade.name not in by_hand:
-                    grade.auto_score = 0.0
+            for cell_grade in notebook.grades:
+                if cell_grade.name in scores:
+                    cell_grade.auto_score = scores[cell_grade.name]
+                elif cell_grade.cell.cell_type == "code" and cell_grade.name not in by_hand:
+                    cell_grade.auto_score = 0.0
             notebook.flagged = record["status"] != "graded"
         gb.db.commit()
 

@@ -218,6 +218,7 @@ def bwrap_argv(bwrap: str, plan: dict[str, Any], home: Path, env: dict[str, str]
 def main(argv: list[str]) -> None:
     if "--" not in argv or argv[:1] != ["--plan"]:
         raise SystemExit("usage: python -m grader.jail --plan PLAN.json -- KERNEL ARGV...")
+    parent = os.getppid()  # nbgrader's process: the kernel must not outlive it
     plan = json.loads(Path(argv[1]).read_text())
     kernel = argv[argv.index("--") + 1:]
     home = Path(plan["home"])
@@ -283,6 +284,9 @@ def main(argv: list[str]) -> None:
         kernel = bwrap_argv(plan["bwrap"], plan, home, env) + kernel
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}  # bwrap's own; the kernel gets --setenv's
     os.chdir(work)
+    from .sandbox import die_with_parent
+
+    die_with_parent(parent)  # after setuid, which clears it; exits now if that process has already gone
     os.execve(kernel[0], kernel, env)
 
 

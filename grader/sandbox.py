@@ -257,13 +257,32 @@ def network_isolation_available() -> bool:
     return _NETWORK_PROBE
 
 
-def _limit_resources(memory_mb: int, cpu_s: int | None = None, network_off: bool = False) -> None:
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGKILL when the thread that started it ends.
+
+    An instructor's class run grades each submission in a worker process; if that worker is
+    killed, nothing would stop its grading child, which runs in a session of its own. Set last
+    before exec (a change of credentials clears it), and checked against ``parent``: a parent
+    that already died before the call would never send the signal."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _limit_resources(memory_mb: int, cpu_s: int | None = None, network_off: bool = False,
+                     parent: int | None = None) -> None:
     """In the child, before exec: cap its address space and CPU time (kernels inherit the caps),
-    and, if asked, move it into a network namespace of its own."""
+    if asked, move it into a network namespace of its own, and die with ``parent``."""
     import resource
 
     if network_off and not _unshare_network():
         raise OSError("could not unshare the network namespace")
+    if parent is not None:
+        die_with_parent(parent)
     if cpu_s:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s + 5))
     if memory_mb <= 0:
@@ -381,7 +400,8 @@ def run_limited(
             # rlimits and the network namespace must be set between fork and exec; the grading
             # process starts no threads of its own before this (the noted fork-safety concern)
             preexec_fn=(  # noqa: PLW1509
-                (lambda: _limit_resources(memory_mb, cpu_s, network_off)) if os.name == "posix" else None),
+                (lambda parent=os.getpid(): _limit_resources(memory_mb, cpu_s, network_off, parent))
+                if os.name == "posix" else None),
         )
         try:
             if poll is None:

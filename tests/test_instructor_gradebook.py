@@ -21,6 +21,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 import pytest
 from learner_account import learner
 from notebook_tools import Started, edit_cell, read_nb, replacing, write_nb
@@ -48,6 +49,13 @@ def sub_notebook() -> dict:
 
 def start(*args: str, cwd: Path, course: Path) -> Started:
     return Started("--course", str(course), *args, cwd=cwd)
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
 
 
 def _worker_of(student: str) -> int | None:
@@ -91,15 +99,20 @@ def graded_class(tmp_path_factory):
     collected = start("collect", str(hand), "--workspace", str(workspace), cwd=work, course=course).wait().ok()
     grading = start("autograde", "--workspace", str(workspace), "--jobs", "2", "--cell-timeout", "20",
                     "--timeout", "60", cwd=work, course=course)
-    killed, deadline = None, time.monotonic() + 120
+    killed, below, deadline = None, [], time.monotonic() + 120
     while killed is None and time.monotonic() < deadline and grading.proc.poll() is None:
         pid = _worker_of("eve")
-        if pid is not None:
+        # killed once its kernel runs the sleeping cell: worker, grading child, jail and kernel all exist
+        below = psutil.Process(pid).children(recursive=True) if pid is not None else []
+        if any("ipykernel" in " ".join(_cmdline(p)) for p in below):
             os.kill(pid, signal.SIGKILL)
             killed = pid
         time.sleep(0.05)
     graded = grading.wait(timeout=240).ok()
     assert killed is not None, "eve's grading worker never showed up"
+    # its grading child and kernel die with it, long before the kernel's 40 s sleep or the 20 s cell limit
+    gone, alive = psutil.wait_procs(below, timeout=5)
+    assert not alive, f"left running after their grading worker was killed: {[_cmdline(p) for p in alive]}"
     records = {(r["student"], r["assignment"]): r
                for r in map(json.loads, map(Path.read_text, (workspace / "results").rglob("*.json")))}
     who = learner()

@@ -145,6 +145,19 @@ def generate_release(course: Course, assignments: list[Assignment], root: Path, 
     return staged
 
 
+def python_language_info() -> dict:
+    """The ``language_info`` the learner's kernel reports (ipykernel's ``kernel_info`` reply:
+    name, version, lexers, file extension), for this interpreter, the one the kernel runs.
+
+    JupyterLab writes the kernel's ``language_info`` into the notebook's metadata once the
+    kernel has started; a notebook that holds less (``{"name": "python"}``, as the sources do)
+    is then marked modified the moment it is opened, before the learner has typed anything
+    (tests/test_jupyterlab_open.py)."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    return json.loads(json.dumps(IPythonKernel.language_info))
+
+
 def in_jupyter_form(content: dict) -> str:
     """``content`` as the text Jupyter itself saves, so that opening the notebook changes nothing.
 
@@ -152,12 +165,16 @@ def in_jupyter_form(content: dict) -> str:
     ``nbformat.write(nb, version=nbformat.NO_CONVERT)`` (jupyter_server/services/contents/fileio.py,
     ``_read_notebook`` and ``_save_notebook``): sorted keys, one-space indent, a final newline
     (nbformat/__init__.py, ``write``). nbformat's ``validator.normalize`` first adds what a
-    reader would add (cell ids of nbformat 4.5, for one), so the released file already holds it.
+    reader would add (cell ids of nbformat 4.5, for one), so the released file already holds it,
+    and the metadata gets the kernel's full ``language_info`` (``python_language_info``).
     """
     import nbformat
     from nbformat.validator import normalize
 
     _, normalised = normalize(content)
+    metadata = normalised.setdefault("metadata", {})
+    if metadata.get("kernelspec", {}).get("language") == "python":
+        metadata["language_info"] = python_language_info()
     text = nbformat.writes(nbformat.from_dict(normalised), version=nbformat.NO_CONVERT)
     return text if text.endswith("\n") else text + "\n"
 

@@ -12,7 +12,8 @@ as the learner, exactly as the README tells them to:
 * ``make release`` over a released notebook someone edited, which survives;
 * ``make site`` (the strict build), a benchmark (to bench-results/, the site's data untouched)
   and the training command;
-* the feedback page in Chromium, on a phone-sized screen, with every outside request aborted.
+* the feedback page in Chromium, on a phone-sized screen, with every outside request aborted;
+* the started notebook opened in JupyterLab (Chromium), which does not mark it modified.
 """
 from __future__ import annotations
 
@@ -225,3 +226,64 @@ def test_benchmark_and_training_run_as_the_learner(lab):
                      "--servers", "1", "--epochs", "1", "--batch", "64", "--limit", "64"], cwd=where)
     assert train.returncode == 0, train.stderr
     assert "late gradients dropped" in train.stdout
+
+
+def test_opening_a_started_notebook_in_jupyterlab_does_not_mark_it_modified(lab, started):
+    """The README's `jupyter lab work/...` as the learner, the notebook opened in Chromium: once
+    its kernel is idle the notebook is not marked modified (JupyterLab writes the kernel's
+    ``language_info`` into the notebook; a notebook holding less would be), and the file on
+    disk is unchanged. Every request other than to the learner's own server is aborted."""
+    import socket
+    import subprocess
+
+    who, where = lab
+    notebook = started["01_ring_allreduce"]
+    before = notebook.read_bytes()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = who.popen([".venv/bin/jupyter", "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+                        "--ServerApp.token=", "--ServerApp.password=", "--LabApp.news_url=",
+                        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                        str(notebook.relative_to(where))], cwd=where)
+    outside: list[str] = []
+    sync_playwright = chromium_or_skip()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                assert server.poll() is None, f"jupyter lab exited: {server.communicate()[1][-2000:]}"
+                assert time.monotonic() < deadline, "jupyter lab did not listen within 60 s"
+                time.sleep(0.2)
+        base = f"http://127.0.0.1:{port}"
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) or
+                           r.request.url.startswith("ws://127.0.0.1") or r.request.url.startswith("data:")
+                           else (outside.append(r.request.url), r.abort()))
+                # given a notebook, jupyter lab serves the notebook's own folder
+                page.goto(f"{base}/lab/tree/{notebook.name}?reset")
+                page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+                assert page.locator(".lm-TabBar-tab", has_text=notebook.name).count() >= 1, "the notebook is not open"
+                # metadata from the kernel's reply lands just after it turns idle: watch a while
+                modified = False
+                for _ in range(10):
+                    time.sleep(0.5)
+                    modified = modified or page.locator(".jp-mod-dirty").count() > 0
+                page.screenshot(path=str(ARTIFACTS / "jupyterlab-opened-notebook.png"))
+            finally:
+                browser.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    assert not modified, "JupyterLab marks the notebook modified as soon as it is opened"
+    assert notebook.read_bytes() == before, "opening the notebook changed the file on disk"
+    assert not outside, f"JupyterLab requested resources outside 127.0.0.1: {outside}"

@@ -57,3 +57,64 @@ def site_url(built_site):
 
     with serve_directory(built_site) as url:
         yield url
+
+
+# --- markers: `make test-fast` deselects what starts processes, a browser or a grading run ---
+# Registered in pyproject.toml (with --strict-markers). Applied here from what a test does,
+# so a new test is marked without anyone remembering to: ``mpi`` when it (or a helper of its
+# module that it calls) runs ``mpiexec``; ``browser`` when it drives Chromium through
+# Playwright; ``grader`` when it grades notebooks (the session's ``graded`` fixture, or
+# ``python -m grader``); ``slow`` for the tests in SLOW_MODULES (> ~5 s each on 2 cores).
+# A test may also carry a marker written on it.
+_WHAT_MARKS = {
+    "mpi": ("mpiexec", "mpi_programs"),
+    "browser": ("sync_playwright", "chromium", "new_page(", "browser_tools"),
+    "grader": ("GradedExercises", "grader_argv", "Started(", '"grader"', "check_notebook", "grader.check", "grader.steps"),
+}
+_FIXTURE_MARKS = {"site_url": "browser", "browser": "browser", "graded": "grader", "learner": "grader"}
+# The suite's shared helpers (tests/*.py that are not test modules) count as part of a test.
+_HELPER_MODULES = ("notebook_tools", "learner_account", "browser_tools", "page_tools")
+SLOW_MODULES = frozenset({
+    "test_as_learner", "test_hostile", "test_grader_device", "test_accessibility", "test_site_visuals",
+    "test_practice", "test_virtual_cluster", "test_hybrid", "test_moe_page", "test_layout_calculator",
+})
+
+
+def _sources(function, module) -> str:
+    """The source of ``function`` and of the functions of its module that it names (one level)."""
+    import ast
+    import inspect
+
+    try:
+        text = inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+    parts = [text]
+    try:
+        names = {n.id for n in ast.walk(ast.parse(inspect.cleandoc(text) if text[:1].isspace() else text))
+                 if isinstance(n, ast.Name)}
+    except SyntaxError:
+        names = set()
+    for name in names:
+        helper = getattr(module, name, None)
+        if inspect.isfunction(helper) and helper.__module__ in (module.__name__, *_HELPER_MODULES) \
+                and helper is not function:
+            try:
+                parts.append(inspect.getsource(helper))
+            except (OSError, TypeError):
+                pass
+    return "\n".join(parts)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is None:
+            continue
+        text = _sources(function, item.module)
+        wanted = {mark for mark, needles in _WHAT_MARKS.items() if any(n in text for n in needles)}
+        wanted |= {_FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in _FIXTURE_MARKS}
+        if item.module.__name__.rpartition(".")[2] in SLOW_MODULES:
+            wanted.add("slow")
+        for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
+            item.add_marker(mark)

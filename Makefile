@@ -11,7 +11,7 @@ EXTRAS := all
 # Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: help venv serve site test test-fast lock bench bench-cluster release clean distclean
+.PHONY: help venv serve site site-offline test test-fast lock bench bench-cluster release clean distclean
 
 help:                    ## this list
 	@awk -F':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,6 +31,9 @@ serve: $(STAMP)          ## build the site and serve it on http://127.0.0.1:8000
 
 site: $(STAMP)           ## static build into site/
 	$(PY) -m mkdocs build --strict
+
+site-offline: $(STAMP)   ## a copy of the site that opens from file:// (site-offline/index.html), search included
+	LAB_OFFLINE=true $(PY) -m mkdocs build --strict -d site-offline
 
 test: $(STAMP)           ## the whole suite
 	$(PY) -m pytest
@@ -61,7 +64,7 @@ release: $(STAMP)        ## instructors: learner notebooks into exercises/releas
 	$(PY) -m grader release
 
 clean:                   ## build outputs (keeps the venv, and what is a learner's: work/, exercises/release/, grader-feedback/)
-	rm -rf site .pytest_cache
+	rm -rf site site-offline .pytest_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean         ## also the venv

@@ -137,3 +137,12 @@ def test_markers_land_where_the_work_is(marker, marked, unmarked):
                           cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert marked in proc.stdout, proc.stdout[-2000:]
     assert f"{unmarked}::" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_every_path_contributing_names_exists():
+    """CONTRIBUTING.md's checklists point at real example files; a rename must update them."""
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    named = {p for p in re.findall(r"`([\w./-]+/[\w.-]+\.(?:py|md|ipynb|c|h|json))`", text) if "<" not in p}
+    assert len(named) > 20
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"CONTRIBUTING.md names files that do not exist: {missing}"

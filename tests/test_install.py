@@ -315,6 +315,7 @@ def test_the_wheel_gives_the_console_scripts_outside_a_checkout(installed, tmp_p
         for script in SCRIPTS:
             proc = who.run([str(installed / script), "--help"], cwd=away, timeout=120)
             assert proc.returncode == 0 and "usage:" in proc.stdout, f"{script} --help:\n{proc.stdout}{proc.stderr}"
+        assert who.run([str(installed / "dl-lab-grader"), "--help"], cwd=away).stdout.startswith("usage: dl-lab-grader")
         assert "--strategy" in who.run([str(installed / "dl-lab-train"), "--help"], cwd=away).stdout
         listed = who.run([str(installed / "dl-lab-bench"), "--list"], cwd=away).stdout.split()
         assert "allreduce" in listed and "cluster" not in listed

@@ -64,7 +64,7 @@ release: $(STAMP)        ## instructors: learner notebooks into exercises/releas
 	$(PY) -m grader release
 
 clean:                   ## build outputs (keeps the venv, and what is a learner's: work/, exercises/release/, grader-feedback/)
-	rm -rf site site-offline .pytest_cache
+	rm -rf site site-offline .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean         ## also the venv

@@ -1,20 +1,28 @@
-# Everything a fresh machine needs goes through these targets; see README.md.
+# Everything a fresh machine needs goes through these targets; see README.md. `make help` lists them.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JUPYTER_CONFIG := $(VENV)/.jupyter-configured
+# Every version the venv gets, pinned: a course graded in March and in May runs the same
+# nbgrader, nbclient and nbconvert. `make lock` writes it anew from pyproject.toml.
+LOCK   := requirements/constraints.txt
+# What `make venv` installs: every extra but the GPU one (see pyproject.toml).
+EXTRAS := all
 # Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: venv serve site test bench bench-cluster release clean distclean
+.PHONY: help venv serve site site-offline test test-fast lock bench bench-cluster release clean distclean
 
-# The venv is (re)built whenever pyproject.toml changes.
-$(STAMP): pyproject.toml
+help:                    ## this list
+	@awk -F':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+# The venv is (re)built whenever pyproject.toml or the lock file changes.
+$(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python 3.11 or newer is needed; run: make PYTHON=/path/to/python3.11 ...")'
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -c $(LOCK) -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
 # nbgrader's student-side "Assignment List" and "Courses" need an exchange directory (a shared
@@ -30,7 +38,7 @@ $(JUPYTER_CONFIG): $(STAMP) Makefile
 	  @jupyter/nbgrader:assignment-list @jupyter/nbgrader:course-list
 	@touch $(JUPYTER_CONFIG)
 
-venv: $(STAMP) $(JUPYTER_CONFIG)
+venv: $(STAMP) $(JUPYTER_CONFIG)  ## create .venv/ and install the lab into it, pinned by requirements/constraints.txt
 
 serve: $(STAMP) $(JUPYTER_CONFIG)  ## build the site and serve it on http://127.0.0.1:8000 (rebuilds on edit)
 	$(PY) -m mkdocs serve --strict -a 127.0.0.1:8000
@@ -38,13 +46,30 @@ serve: $(STAMP) $(JUPYTER_CONFIG)  ## build the site and serve it on http://127.
 site: $(STAMP)           ## static build into site/
 	$(PY) -m mkdocs build --strict
 
+site-offline: $(STAMP)   ## a copy of the site that opens from file:// (site-offline/index.html), search included
+	LAB_OFFLINE=true $(PY) -m mkdocs build --strict -d site-offline
+
 test: $(STAMP) $(JUPYTER_CONFIG)  ## the whole suite
 	$(PY) -m pytest
 
-BENCHMARKS := allreduce alpha_beta collectives interconnects overlap determinism graph distributed_session grading custom_ops training pipeline ps ps_cluster deploy autodiff passes optimizers training_loop sharded model_parallel
+# The markers are registered in pyproject.toml; tests/test_hygiene.py checks the set is used.
+test-fast: $(STAMP) $(JUPYTER_CONFIG)  ## the suite without what starts MPI ranks, a browser or a grading run, or takes > 5 s
+	$(PY) -m pytest -m "not slow and not browser and not mpi and not grader"
+
+# A fresh venv outside the checkout, the newest releases that pyproject.toml allows, frozen.
+lock:                    ## re-resolve every dependency to its newest allowed release into requirements/constraints.txt
+	rm -rf $(VENV)-lock
+	$(PYTHON) -m venv $(VENV)-lock
+	$(VENV)-lock/bin/python -m pip install --quiet --upgrade pip
+	$(VENV)-lock/bin/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	mkdir -p $(dir $(LOCK))
+	{ echo "# Every package make venv installs, at the version it installs; pip install -c $(LOCK) ..."; \
+	  echo "# Written by make lock from pyproject.toml ($(EXTRAS) extras) with $$($(VENV)-lock/bin/python --version)."; \
+	  $(VENV)-lock/bin/python -m pip freeze --all --exclude-editable | grep -v "^pip=="; } > $(LOCK)
+	rm -rf $(VENV)-lock
 
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
-	for b in $(BENCHMARKS); do $(PY) -m benchmarks $$b --publish || exit 1; done
+	$(PY) -m benchmarks --all --publish
 
 bench-cluster: $(STAMP)  ## needs root: the same allreduce on a virtual cluster of network namespaces
 	$(PY) -m benchmarks cluster --publish
@@ -53,7 +78,7 @@ release: $(STAMP)        ## instructors: learner notebooks into exercises/releas
 	$(PY) -m grader release
 
 clean:                   ## build outputs (keeps the venv, and what is a learner's: work/, exercises/release/, grader-feedback/)
-	rm -rf site .pytest_cache
+	rm -rf site site-offline .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
 
 distclean: clean         ## also the venv

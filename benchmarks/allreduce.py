@@ -105,9 +105,9 @@ def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "r
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("allreduce", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
-    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
-    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
+    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before each timed size")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)

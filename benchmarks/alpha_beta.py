@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", default="2,4", help="rank counts for the allreduce check (default 2,4)")
     parser.add_argument("--allreduce-sizes", default=",".join(map(str, ALLREDUCE_SIZES)),
                         help="comma-separated allreduce sizes in bytes")
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before each timed size")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
     parser.add_argument("--worker", choices=("pingpong", "allreduce"), help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)

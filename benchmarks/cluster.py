@@ -27,8 +27,8 @@ SETTINGS = (("shared memory", None, False), ("TCP", None, True), ("TCP, 1 Gbit/s
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("cluster", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts, one host per rank (default 2,4)")
-    parser.add_argument("--min-bytes", type=int, default=8)
-    parser.add_argument("--max-bytes", type=int, default=16 << 20)
+    parser.add_argument("--min-bytes", type=int, default=8, help="smallest message, in bytes (sizes double from here)")
+    parser.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message, in bytes")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per mpiexec job")
     args = parser.parse_args(argv)
 

@@ -73,9 +73,9 @@ def run_rank(byte_sizes: list[int], impl_names: list[str], warmup: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("collectives", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
-    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
-    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
+    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs before each timed size")
     parser.add_argument("--no-forced", action="store_true", help="skip the runs with MPICH's algorithms forced")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per mpiexec job")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

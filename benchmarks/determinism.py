@@ -96,7 +96,7 @@ def arrival_order_runs(n_sums: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("determinism", __doc__)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=300, help="training steps per run")
     parser.add_argument("--sums", type=int, default=50, help="arrival-order sums to run")
     args = parser.parse_args(argv)
     if args.steps < 1 or args.sums < 1:

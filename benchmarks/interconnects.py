@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     from reference_impl.comm.simnet import INTERCONNECTS
 
     parser = bench_parser("interconnects", __doc__)
-    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES)
-    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES)
+    parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
+    parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")
     parser.add_argument("--sim-max-bytes", type=int, default=SIM_MAX_BYTES,
                         help="largest size run on simulated thread ranks (default 16 MiB)")
     parser.add_argument("--profiles", default=",".join(INTERCONNECTS),

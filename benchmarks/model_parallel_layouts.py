@@ -692,12 +692,13 @@ def predicted_section(layouts: dict[str, Any], flops_repeats: int = 5, timeout: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="worker of python -m benchmarks model_parallel's layouts and "
                                                  "predicted sections (run under mpiexec)")
-    parser.add_argument("--worker", choices=("layouts", "calibrate"), required=True)
-    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="default")
-    parser.add_argument("--warmup", type=int, default=WARMUP)
-    parser.add_argument("--repeats", type=int, default=REPEATS)
-    parser.add_argument("--no-moe", action="store_true")
-    parser.add_argument("--flops-repeats", type=int, default=5)
+    parser.add_argument("--worker", choices=("layouts", "calibrate"), required=True,
+                        help="what this rank process measures (started by benchmarks.model_parallel)")
+    parser.add_argument("--workload", choices=tuple(WORKLOADS), default="default", help="the model and batch to measure")
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="untimed steps before the timed ones")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="timed steps per layout")
+    parser.add_argument("--no-moe", action="store_true", help="leave out the mixture-of-experts layouts")
+    parser.add_argument("--flops-repeats", type=int, default=5, help="timed matmuls for the FLOP-rate calibration")
     args = parser.parse_args(argv)
     if args.worker == "layouts":
         run_layouts_rank(WORKLOADS[args.workload], args.warmup, args.repeats, not args.no_moe)

@@ -200,7 +200,7 @@ def consistency(horizon: float, seeds: int) -> dict[str, Any]:
     over 10%..20%, not the luckiest dip of a noisy curve). BSP with a persistent 3x straggler
     pays 3x per round, so it needs ~45% of the horizon for the same loss: every model has room
     to get there, and the time it takes is the measurement."""
-    make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)
+    make = lambda s: HashedLogReg(n_buckets=1024, batch=128, log=ClickLog(vocab_size=300), seed=s)  # noqa: E731
     out: dict[str, Any] = {"horizon": horizon, "seeds": seeds, "workers": 4, "slowdown": 3.0, "scenarios": {}}
     refs = [simulate("bsp", make(s), horizon=horizon, straggler=None, seed=s) for s in range(seeds)]
     targets = [r.mean_loss(0.10 * horizon, 0.20 * horizon) for r in refs]  # per seed
@@ -249,7 +249,7 @@ def draw_configs(n: int, seed: int = 2016) -> list[WideDeepConfig]:
     deep-only and joint models all get this same list, each reading its own settings, so
     every model has the same budget."""
     rng = np.random.default_rng(seed)
-    log_uniform = lambda lo, hi: float(f"{10 ** rng.uniform(np.log10(lo), np.log10(hi)):.3g}")
+    log_uniform = lambda lo, hi: float(f"{10 ** rng.uniform(np.log10(lo), np.log10(hi)):.3g}")  # noqa: E731
     out = []
     for _ in range(n):
         draw = {k: int(rng.choice(v)) if k == "embedding_dim" else log_uniform(*v) for k, v in SEARCH_SPACE.items()}
@@ -361,7 +361,7 @@ def _wide_deep(quick: bool) -> dict[str, Any]:
     config = WideDeepConfig.from_dict({**WideDeepConfig().as_dict(), **joint["config"]})
     # The joint model again, with its tables on 2 parameter servers and the MLP all-reduced
     # between 2 workers (thread ranks): same batches, so the same model up to rounding.
-    build_joint = lambda **kw: insteval_model("joint", config, **kw)
+    build_joint = lambda **kw: insteval_model("joint", config, **kw)  # noqa: E731
     t0 = time.perf_counter()
     ranks = run_threads(4, ps_rank, ClusterSpec(2, 2), build_joint, tr, ytr, te, yte, config.epochs, 256,
                         timeout=600)
@@ -392,7 +392,7 @@ def _wide_deep(quick: bool) -> dict[str, Any]:
     fields = [fc.dynamic_categorical_column(f"f{k}") for k in range(log.n_fields)]
     pairs = [(f, g) for f in range(log.n_fields) for g in range(f + 1, log.n_fields)]
     crosses = [fc.crossed_column([fields[f], fields[g]], 2**20) for f, g in pairs]
-    feats = lambda x: {f"f{k}": x[:, k] for k in range(log.n_fields)}
+    feats = lambda x: {f"f{k}": x[:, k] for k in range(log.n_fields)}  # noqa: E731
 
     def make_click(mode: str, config: WideDeepConfig, **kw: Any) -> WideDeep:
         deep = [fc.embedding_column(c, config.embedding_dim) for c in fields]

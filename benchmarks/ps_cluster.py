@@ -124,14 +124,14 @@ def _s(seconds: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = bench_parser("ps_cluster", __doc__)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4, help="worker ranks")
     parser.add_argument("--steps", type=int, default=60, help="steps per worker (rounds under bsp/backup)")
     parser.add_argument("--per-worker", type=int, default=32, help="examples per worker per step")
     parser.add_argument("--lr", type=float, default=2.0, help="SGD learning rate (servers, and EASGD's workers)")
     parser.add_argument("--step-time", type=float, default=0.01, help="seconds of compute per step")
     parser.add_argument("--slowdown", type=float, default=3.0, help="worker 0 is this many times slower")
     parser.add_argument("--every", type=float, default=0.02, help="seconds between model snapshots")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per consistency rule")
     parser.add_argument("--quick", action="store_true", help="one repeat of 24 steps (a smoke test)")
     args = parser.parse_args(argv)
     if args.quick:

@@ -98,9 +98,15 @@ def _limits(command: argparse.ArgumentParser) -> None:
     )
 
 
+def _prog() -> str:
+    """The command as the user typed it, for usage lines: the ``dl-lab-grader`` console script
+    (pyproject.toml) or ``python -m grader``."""
+    return "dl-lab-grader" if Path(sys.argv[0]).name == "dl-lab-grader" else "python -m grader"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m grader", formatter_class=_Help, epilog=EXIT_CODES,
+        prog=_prog(), formatter_class=_Help, epilog=EXIT_CODES,
         description="Grade lab notebooks against their hidden tests, and release learner versions.\n\n"
                     "A learner: `start 01` copies exercise 01 into work/, `check NOTEBOOK` grades it, "
                     "`list` shows your scores.",

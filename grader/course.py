@@ -62,6 +62,13 @@ class Course:
     @classmethod
     def at(cls, root: Path | None = None) -> Course:
         """The course at ``root`` (default: this checkout's ``exercises/``), checked to exist."""
+        if root is None and not (default_course_root() / CONFIG_FILE).is_file():
+            # An installed copy (pip install, not a checkout) run outside a checkout: the
+            # course is not part of the package.
+            raise InputProblem(
+                "no course here: the grader needs a checkout of the lab (its exercises/ folder); "
+                "run it inside the checkout, or pass --course DIR"
+            )
         root = (root or default_course_root()).resolve()
         if not (root / CONFIG_FILE).is_file() or not (root / SOURCE_DIR).is_dir():
             raise InputProblem(

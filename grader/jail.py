@@ -21,7 +21,8 @@ CONNECTION_FILE``, and this module, before it replaces itself with the kernel:
 * writes what it did enforce to the plan's ``report`` file, which ``check`` shows.
 
 When the plan names bubblewrap (``bwrap``: always without root, and as root on top of the
-private user when it is installed), the kernel starts inside it (``bwrap_argv``): user, pid, IPC and UTS namespaces of its own (it sees no process
+private user when it is installed), the kernel starts inside it (``bwrap_argv``): user, pid, IPC
+and UTS namespaces of its own (it sees no process
 of the grader, so it can neither read their ``/proc/<pid>/environ`` nor signal or trace
 them), dying with its parent; a mount namespace built from an allow-list: the system
 (``/usr``, ``/etc``) and the interpreter read-only, ``reference_impl`` and ``grader`` (the

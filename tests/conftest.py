@@ -57,3 +57,80 @@ def site_url(built_site):
 
     with serve_directory(built_site) as url:
         yield url
+
+
+# --- markers: `make test-fast` deselects what starts processes, a browser or a grading run ---
+# Registered in pyproject.toml (with --strict-markers). Applied here from what a test does,
+# so a new test is marked without anyone remembering to: ``mpi`` when it (or a helper or
+# fixture it uses) runs ``mpiexec``; ``browser`` when it drives Chromium through Playwright;
+# ``grader`` when it grades notebooks (``python -m grader``, the session's ``graded``);
+# ``slow`` when it needs the strict site build (``built_site``, 20 s and more) or is one of
+# SLOW_TESTS, measured at over about 5 s on 2 cores (pytest --durations). A test may also
+# carry a marker written on it.
+_WHAT_MARKS = {
+    "mpi": ("mpiexec", "mpi_programs"),
+    "browser": ("sync_playwright", "chromium_or_skip", "new_page("),
+    "grader": ("GradedExercises", "grader_argv", "Started(", '"grader"', "check_notebook", "grader.check",
+               "grader.steps"),
+}
+_FIXTURE_MARKS = {"site_url": "browser", "graded": "grader", "built_site": "slow"}
+# The suite's shared helpers (tests/*.py that are not test modules) count as part of a test.
+_HELPER_MODULES = ("notebook_tools", "learner_account", "browser_tools", "page_tools")
+SLOW_MODULES = frozenset({
+    "test_hostile",  # every test waits on a sandboxed kernel's limits
+    "test_as_learner",  # the site build, a release and the benchmarks, run as the learner
+    "test_site_visuals",  # its module fixture renders every plot of the site (10 s)
+})
+SLOW_TESTS = frozenset({
+    "test_sharded_bench.py::test_small_sections_give_the_schema_the_plotter_reads",
+    "test_exercise_03.py::test_a_partner_that_is_not_symmetric_deadlocks_and_gets_its_hint_in_process",
+    "test_wide_deep_bench.py::test_quick_wide_deep_section_tunes_on_validation_only",
+    "test_install.py::test_the_wheel_gives_the_console_scripts_outside_a_checkout",
+})
+
+
+def _source_of(function) -> str:
+    import inspect
+
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _sources(item) -> str:
+    """The source of the test, of the fixtures it uses, and of the functions of its module
+    (and of the shared helpers) that these name: one level, which is how the suite is written."""
+    import ast
+    import inspect
+    import textwrap
+
+    module = item.module
+    fixtures = [d.func for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values() for d in defs
+                if getattr(d.func, "__module__", "") in (module.__name__, *_HELPER_MODULES)]
+    parts = [_source_of(f) for f in [item.function, *fixtures]]
+    names = set()
+    for text in parts:
+        try:
+            names |= {n.id for n in ast.walk(ast.parse(textwrap.dedent(text))) if isinstance(n, ast.Name)}
+        except SyntaxError:
+            pass
+    for name in names:
+        helper = getattr(module, name, None)
+        if inspect.isfunction(helper) and helper.__module__ in (module.__name__, *_HELPER_MODULES):
+            parts.append(_source_of(helper))
+    return "\n".join(parts)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if getattr(item, "function", None) is None:
+            continue
+        text = _sources(item)
+        wanted = {mark for mark, needles in _WHAT_MARKS.items() if any(n in text for n in needles)}
+        wanted |= {_FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in _FIXTURE_MARKS}
+        name = item.module.__name__.rpartition(".")[2]
+        if name in SLOW_MODULES or f"{name}.py::{item.originalname}" in SLOW_TESTS:
+            wanted.add("slow")
+        for mark in sorted(wanted - {m.name for m in item.iter_markers()}):
+            item.add_marker(mark)

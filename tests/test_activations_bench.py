@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import json
-import math  # noqa: F401  (imported before docs/hooks, which holds a math.py, goes on sys.path)
+import math  # imported before docs/hooks, which holds a math.py, goes on sys.path
 import statistics  # noqa: F401  (the plotter's import; likewise)
 import sys
 from pathlib import Path

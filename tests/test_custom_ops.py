@@ -16,9 +16,9 @@ try:
 except ToolchainError:
     pytest.skip("no C compiler on this machine", allow_module_level=True)
 
-from reference_impl.custom_ops import Attr, CustomOp, Input, InvalidArgumentError, KernelError  # noqa: E402
-from reference_impl.custom_ops.bias_relu import bias_add_relu  # noqa: E402
-from reference_impl.custom_ops.segment_sum import sparse_segment_sum  # noqa: E402
+from reference_impl.custom_ops import Attr, CustomOp, Input, InvalidArgumentError, KernelError
+from reference_impl.custom_ops.bias_relu import bias_add_relu
+from reference_impl.custom_ops.segment_sum import sparse_segment_sum
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -261,8 +261,8 @@ def test_graphdef_round_trip_and_constant_folding_treat_it_like_a_built_in(rng):
     g = G.Graph()
     with g.as_default():
         xp = G.placeholder("float64", [None, 3], name="x")
-        y = sparse_segment_sum(xp, G.constant(ids), 4, name="y")
-        folded = bias_add_relu(G.constant(data), G.constant(np.ones(3)), name="folded")
+        sparse_segment_sum(xp, G.constant(ids), 4, name="y")
+        bias_add_relu(G.constant(data), G.constant(np.ones(3)), name="folded")
     g2 = G.from_json(G.to_json(g))  # the op must be registered before import, as with load_op_library
     with G.Session(g2) as sess:
         np.testing.assert_allclose(sess.run("y:0", {"x:0": data}), np_segment_sum(data, ids, 4))

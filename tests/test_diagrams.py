@@ -19,7 +19,7 @@ import pytest
 import reference_impl.graph as G
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "docs" / "generators"))
-import graph_pictures as draw  # noqa: E402  (a generator of the site, under docs/generators/)
+import graph_pictures as draw  # a generator of the site, under docs/generators/
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from reference_impl.runtime.channel import PEER_TAG
 from reference_impl.runtime import messages as m
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_programs"))
-from distributed_dags import check_against_session, random_dag  # noqa: E402
+from distributed_dags import check_against_session, random_dag
 
 pytestmark = pytest.mark.timeout(120)
 

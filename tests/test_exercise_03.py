@@ -92,7 +92,8 @@ def test_gathering_at_rank_0_is_right_but_fails_the_traffic_tests():
     for gid in ("hidden_traffic_pow2", "hidden_traffic_fold"):
         error = outcome[gid]
         assert error is not None and "expected" in error and "found" in error, (gid, error)
-    assert HINTS.advice_in_process(outcome, whole=True) == {gid: HINTS.written(gid).hint for gid in ("hidden_traffic_pow2", "hidden_traffic_fold")}
+    assert HINTS.advice_in_process(outcome, whole=True) == {
+        gid: HINTS.written(gid).hint for gid in ("hidden_traffic_pow2", "hidden_traffic_fold")}
 
 
 def test_a_mean_never_divided_gets_its_hint_in_process():

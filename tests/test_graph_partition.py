@@ -18,7 +18,7 @@ import reference_impl.graph as G
 from reference_impl.runtime import Rendezvous, RendezvousError, RendezvousTimeout, run_partitions
 
 sys.path.insert(0, str(Path(__file__).parent / "mpi_programs"))
-from distributed_dags import random_dag  # noqa: E402
+from distributed_dags import random_dag
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import json
 import math  # noqa: F401  (imported before docs/hooks, which holds a math.py, goes on sys.path)
-import statistics  # noqa: F401  (the plotter's import; likewise)
+import statistics  # the plotter's import; likewise
 import sys
 from pathlib import Path
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reference_impl.comm import CommError, Communicator, CountingCommunicator, run_threads
+from reference_impl.comm import Communicator, CountingCommunicator, run_threads
 from reference_impl.comm.mpi import mpiexec_command
 from reference_impl.parallel import transformer as tf
 from reference_impl.parallel import zero

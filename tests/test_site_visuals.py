@@ -53,7 +53,7 @@ def figures():
             return out
 
         plotkit.svg = keep
-        import bench_plots  # noqa: E402  (imports every plotter, which take plotkit.svg by name)
+        import bench_plots  # imports every plotter, which take plotkit.svg by name
 
         for mod in list(sys.modules.values()):
             if getattr(mod, "svg", None) is original and getattr(mod, "NAME", None):

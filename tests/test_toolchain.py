@@ -73,7 +73,7 @@ def test_concurrent_builders_all_load_a_complete_library(tmp_path):
             lib = load_library(build_shared_library(src, name="twice", cache_dir=tmp_path))
             lib.twice.restype, lib.twice.argtypes = ctypes.c_double, [ctypes.c_double]
             results.append((lib.twice(21.0), lib.pad_119()))
-        except Exception as e:  # collected and re-raised in the main thread
+        except Exception as e:  # noqa: BLE001 - collected and re-raised in the main thread
             errors.append(e)
 
     threads = [threading.Thread(target=build) for _ in range(4)]

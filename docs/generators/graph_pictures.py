@@ -335,7 +335,7 @@ def draw_gradients(loss: Tensor, xs: list[Tensor], grad_ops: list[Operation], gr
     g_width = max(len(r) for r in g_rows.values()) * COL_W
     gap = 56
     pos = _place_rows(f_rows, PAD, row_y, f_width)
-    place_g = lambda rows: _place_rows(rows, PAD + f_width + gap, row_y, g_width)
+    place_g = lambda rows: _place_rows(rows, PAD + f_width + gap, row_y, g_width)  # noqa: E731
     pos = _untangle(g_rows, pos, place_g)
     for r, ops in g_rows.items():  # ops reading a forward value of their own row go first, nearest
         def reach(op: Operation, r: int = r) -> float:  # source first, so at most the others need an arc

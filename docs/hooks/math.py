@@ -57,7 +57,7 @@ def _to_mathml(latex_html: str, display: str, page) -> str:
         raise _fail(page, latex_html, "the formula is empty")
     try:
         mathml = convert(latex, display=display)
-    except Exception as exc:  # latex2mathml raises many exception types for bad input
+    except Exception as exc:  # noqa: BLE001 - latex2mathml raises many exception types for bad input
         raise _fail(page, latex, f"{type(exc).__name__}: {exc}") from None
     _check(mathml, page, latex)
     return mathml

@@ -17,12 +17,25 @@ from typing import Any
 from plotkit import bad, figure, human_bytes, human_time, machine_line, svg
 
 NAME = "deploy"
-LABELS = {"dense_blas": "dense BLAS (NumPy @)", "csr_scipy": "SciPy CSR", "csr_numpy": "our NumPy CSR", "bsr_numpy": "our NumPy BSR, 4×4 blocks (block-pruned W)",
-          "jit_csr": "JIT: CSR, arrays inlined", "jit_bitmask": "JIT: 16-bit masks + packed weights (AVX-512 expand)", "jit_dense": "JIT: dense C loop",
-          "interpreter": "graph interpreter", "jit_c_kernel_only": "JIT → C, the library call alone", "numpy": "hand-written NumPy", "jit_numpy": "JIT → NumPy source",
-          "jit_c": "JIT → C, weights inlined (C entry point)", "jit_c_ctypes": "JIT → C, called through ctypes", "int8_numpy": "int8, NumPy", "int8_c": "int8, C (vpdpbusd with AVX-512 VNNI)",
-          "int8_c_portable": "int8, C, portable loops",
-          "read_weights_only": "floor: a C loop that only reads the float32 weights"}
+LABELS = {
+    "dense_blas": "dense BLAS (NumPy @)",
+    "csr_scipy": "SciPy CSR",
+    "csr_numpy": "our NumPy CSR",
+    "bsr_numpy": "our NumPy BSR, 4×4 blocks (block-pruned W)",
+    "jit_csr": "JIT: CSR, arrays inlined",
+    "jit_bitmask": "JIT: 16-bit masks + packed weights (AVX-512 expand)",
+    "jit_dense": "JIT: dense C loop",
+    "interpreter": "graph interpreter",
+    "jit_c_kernel_only": "JIT → C, the library call alone",
+    "numpy": "hand-written NumPy",
+    "jit_numpy": "JIT → NumPy source",
+    "jit_c": "JIT → C, weights inlined (C entry point)",
+    "jit_c_ctypes": "JIT → C, called through ctypes",
+    "int8_numpy": "int8, NumPy",
+    "int8_c": "int8, C (vpdpbusd with AVX-512 VNNI)",
+    "int8_c_portable": "int8, C, portable loops",
+    "read_weights_only": "floor: a C loop that only reads the float32 weights",
+}
 STYLE = {"dense_blas": ("C0", "-"), "csr_scipy": ("C1", "--"), "csr_numpy": ("C2", ":"), "bsr_numpy": ("C8", ":"), "jit_csr": ("C3", "-"),
          "jit_dense": ("C4", "-."), "jit_bitmask": ("C5", "-")}
 
@@ -61,7 +74,8 @@ def _sweep_figure(data: dict[str, Any], batch: str, machine: str) -> bytes:
         pts = sorted((int(nnz) / (k * n) * 100, t * 1e6) for nnz, t in unrolled.items())
         ax.plot(*zip(*pts), marker="*", ms=8, color="C6", ls="-", label="JIT: unrolled, weights as literals")
     bw, peak = roof["read_gb_s"] * 1e9, roof["gemm_gflop_s"] * 1e9
-    ax.axhline(4 * k * n / bw * 1e6, color="0.4", lw=0.8, ls="--", label="read dense W from DRAM at measured bandwidth (a 4 MiB W may stay in cache)")
+    ax.axhline(4 * k * n / bw * 1e6, color="0.4", lw=0.8, ls="--",
+               label="read dense W from DRAM at measured bandwidth (a 4 MiB W may stay in cache)")
     floor = [max(d * k * n * 6 / bw, 2 * d * k * n * b / peak) * 1e6 for d in dens]
     ax.plot([d * 100 for d in dens], floor, color="0.6", lw=0.8, ls=":",
             label="floor: read non-zeros (4 B value + 2 B index), or their FLOPs at GEMM rate")

@@ -55,7 +55,7 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from plotkit import bad, date_text, figure, human_bytes, machine_line, size_axis, svg
-from matplotlib.ticker import FixedLocator, NullLocator  # noqa: E402  (the activations figure)
+from matplotlib.ticker import FixedLocator, NullLocator  # the activations figure
 
 NAME = "model_parallel"
 OURS = {"pairwise": "C0", "bruck": "C1"}

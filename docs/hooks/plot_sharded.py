@@ -192,8 +192,8 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
     mem = data["memory"]
     ranks = sorted({e["ranks"] for e in mem["results"]})
     cell = {(e["run"], e["ranks"]): e for e in mem["results"]}
-    lines = [f"**Peak memory per rank** (largest rank; measured with tracemalloc / predicted by `zero_memory`, "
-             f"and predicted ÷ measured):", "",
+    lines = ["**Peak memory per rank** (largest rank; measured with tracemalloc / predicted by `zero_memory`, "
+             "and predicted ÷ measured):", "",
              "| run | " + " | ".join(f"N = {n}" for n in ranks) + " |", "|---|" + "---:|" * len(ranks)]
     for run in RUNS:
         cells = []

@@ -33,14 +33,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from matplotlib.figure import Figure  # noqa: E402  (after choosing the backend)
-from matplotlib.collections import Collection  # noqa: E402
-from matplotlib.colors import to_rgb, to_rgba  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.text import Text  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatterSciNotation, NullLocator  # noqa: E402
-from mkdocs.exceptions import PluginError  # noqa: E402
+from matplotlib.figure import Figure  # after choosing the backend
+from matplotlib.collections import Collection
+from matplotlib.colors import to_rgb, to_rgba
+from matplotlib.patches import Patch
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogFormatterSciNotation, NullLocator
+from mkdocs.exceptions import PluginError
 
 MAX_WIDTH_IN = 5.0  # figure width: a 360 pt wide SVG viewBox
 MIN_FONT_PT = 10.0  # 10 pt in 360 pt shown 330 px wide is 9.2 px

@@ -145,7 +145,7 @@ def choose_format(w: np.ndarray, matmul_format: str = "auto", fast: bool = True)
     if nnz <= UNROLL_MAX_NNZ:
         return "unrolled"
     if fast:
-        from .fast_kernels import prefers_bitmask  # noqa: PLC0415 (fast_kernels imports this module)
+        from .fast_kernels import prefers_bitmask  # fast_kernels imports this module
         if prefers_bitmask(w, nnz):
             return "bitmask"
     return "csr"
@@ -376,7 +376,7 @@ def generate_c(graph: Graph, feeds: list[str], fetches: list[str], matmul_format
     if matmul_format not in FORMATS:
         raise ValueError(f"matmul_format must be one of {FORMATS}, got {matmul_format!r}")
     if fast:
-        from .fast_kernels import FAST_EMITTERS, array_writer  # noqa: PLC0415 (it imports this module)
+        from .fast_kernels import FAST_EMITTERS, array_writer  # it imports this module
         emitters, write_array = FAST_EMITTERS, array_writer(blob_dir)
     elif matmul_format not in EMITTERS and matmul_format != "auto":
         raise ValueError(f"matmul_format={matmul_format!r} is a fast kernel (fast_kernels); the plain path "
@@ -394,6 +394,6 @@ _MOVED = ("BITMASK_ABOVE", "INLINE_MAX", "KSPLIT", "PANEL", "RUN", "bitmask_pack
 
 def __getattr__(name: str) -> Any:
     if name in _MOVED:
-        from . import fast_kernels  # noqa: PLC0415
+        from . import fast_kernels
         return getattr(fast_kernels, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -49,7 +49,7 @@ def build(source: str, flags: tuple[str, ...], feeds: list[Tensor], fetches: lis
     module and the fast call its ``run``: the whole call in C. If that library does not build or
     import (headers that do not match this interpreter), the graph is built again without it and
     the fast call is ``pinned_call``'s."""
-    from reference_impl import toolchain  # noqa: PLC0415
+    from reference_impl import toolchain
 
     if entry_module is not None:
         try:

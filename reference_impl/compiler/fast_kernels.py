@@ -214,7 +214,7 @@ def emit_bitmask(c: _Emitter, mm: MatMul) -> None:
     c.preamble[:] = ["#if defined(__AVX512F__)", "#include <immintrin.h>", "#endif"]
     runs = masks.shape[1]
     pairs = runs - runs % 2
-    run = (lambda q, a: f"{a} = _mm512_fmadd_ps(_mm512_maskz_expandloadu_ps(mk[{q}], v), "
+    run = (lambda q, a: f"{a} = _mm512_fmadd_ps(_mm512_maskz_expandloadu_ps(mk[{q}], v), "  # noqa: E731
            f"_mm512_maskz_loadu_ps(mk[{q}], xr + {RUN}*({q})), {a}); v += __builtin_popcount(mk[{q}]);")
     c.body += [
         f"    for (int64_t i = 0; i < {m}; i++) {{",

@@ -120,7 +120,7 @@ def jit(session: Session, fetches: Any, feeds: Sequence[Tensor], target: str = "
             _CACHE[key] = (_numpy_runner(source, namespace), None, "numpy")
         run, fast_call, path = _CACHE[key]
     else:
-        from reference_impl.toolchain import default_cache_dir, find_c_compiler  # noqa: PLC0415
+        from reference_impl.toolchain import default_cache_dir, find_c_compiler
 
         find_c_compiler()  # no compiler: fail now, with the message that suggests target="numpy"
         cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -255,7 +255,7 @@ def host_cpu() -> str:
 
 def build_c(source: str, flags: tuple[str, ...], cache_dir: Any) -> Path:
     """The shared library of ``source`` for this CPU (built once, then found in the cache)."""
-    from reference_impl import toolchain  # noqa: PLC0415
+    from reference_impl import toolchain
 
     tag = f"/* built with {' '.join(flags)} for {hashlib.sha256(host_cpu().encode()).hexdigest()[:16]} */\n"
     return toolchain.build_shared_library(tag + source, name="jit", flags=flags, cache_dir=cache_dir)
@@ -264,7 +264,7 @@ def build_c(source: str, flags: tuple[str, ...], cache_dir: Any) -> Path:
 def _c_function(source: str, key: str, formats: dict[str, str], feeds: list[Tensor], fetches: list[Tensor],
                 cache_dir: Path, fast: bool, c_entry: bool) -> tuple[Any, Any, str]:
     """(runner, fast call or None, call path) for the C ``source``, built once per process and path."""
-    from reference_impl import toolchain  # noqa: PLC0415
+    from reference_impl import toolchain
 
     if not fast:
         flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else C_FLAGS
@@ -272,8 +272,8 @@ def _c_function(source: str, key: str, formats: dict[str, str], feeds: list[Tens
             _CACHE[key + "+plain"] = (CRunner(toolchain.load_library(build_c(source, flags, cache_dir)),
                                               len(feeds), fetches), None, "plain")
         return _CACHE[key + "+plain"]
-    from . import fast_call  # noqa: PLC0415 (fast_call builds on this module)
-    from .fast_kernels import FAST_C_FLAGS  # noqa: PLC0415
+    from . import fast_call  # fast_call builds on this module
+    from .fast_kernels import FAST_C_FLAGS
 
     flags = C_FLAGS_UNROLLED if "unrolled" in formats.values() else FAST_C_FLAGS
     entry = c_entry and fast_call.entry_possible(feeds)

@@ -2,7 +2,8 @@
 
 ``send_obj`` pickles the object and sends two messages: its length (one int64, on ``tag``),
 then its bytes (uint8, on ``tag + 1``: a separate tag, so that a receive waiting for the next
-length never sees the bytes of the previous message as a message of the wrong dtype).  ``recv_obj`` receives the length, makes a buffer that size and receives
+length never sees the bytes of the previous message as a message of the wrong dtype).  ``recv_obj``
+receives the length, makes a buffer that size and receives
 into it.  Messages between two ranks with one tag never overtake each other, so the pair
 stays together as long as one thread at a time sends on a (destination, tag): ``Channel``
 holds a lock per (destination, tag) for that, because a worker answers the master from its

@@ -27,7 +27,7 @@ METHODS = ("layer", "global", "block", "row")
 
 def digits_split(seed: int = 0, test_fraction: float = 0.25) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(x_train, y_train, x_test, y_test): pixels scaled to [0, 1] as float32, a seeded split."""
-    from sklearn.datasets import load_digits  # noqa: PLC0415 (bundled data, read from disk)
+    from sklearn.datasets import load_digits  # bundled data, read from disk
 
     d = load_digits()
     x, y = (d.data / 16.0).astype(np.float32), d.target.astype(np.int64)

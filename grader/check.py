@@ -85,6 +85,7 @@ def check_notebook(
     device: str = "cpu",
     assignment_name: str | None = None,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    keep_autograded: Path | None = None,
 ) -> GradingResult:
     """Grade ``notebook`` with its tests on ``device``; raises ``course.InputProblem`` for input
     that cannot be graded (including a device the assignment or this machine cannot use).
@@ -150,6 +151,8 @@ def check_notebook(
         autograded = root / "autograded" / STUDENT / assignment.name / nb_name
         outputs = _cell_outputs(autograded) if autograded.is_file() else {}
         seconds = _cell_seconds(autograded) if autograded.is_file() else {}
+        if keep_autograded is not None and autograded.is_file():
+            _keep_autograded(autograded, keep_autograded)
         if grades is not None:
             guard = record.get("guard", {}).get(stem, {})
             lines = guard.get("lines", {})
@@ -212,6 +215,7 @@ def grade(notebook: Path, *, course: Course, feedback_dir: Path | None, devices:
         devices = ["cpu"] + (["strict"] if "strict" in supported_devices(assignment, nb_name) else [])
     progress = options.get("progress")
     budget = options.pop("timeout", DEFAULT_TIMEOUT)
+    keep = options.pop("keep_autograded", None)  # the first device's run is the one kept
     deadline = time.monotonic() + budget
     runs = []
     for device in devices:
@@ -222,7 +226,8 @@ def grade(notebook: Path, *, course: Course, feedback_dir: Path | None, devices:
         if progress is not None and len(devices) > 1:
             progress({"device": f"{device} ({DEVICE_LIBRARIES.get(device, device)})"})
         runs.append(check_notebook(notebook, course=course, device=device, assignment_name=assignment.name,
-                                   timeout=max(1.0, deadline - time.monotonic()), **options))
+                                   timeout=max(1.0, deadline - time.monotonic()),
+                                   keep_autograded=None if runs else keep, **options))
     devices = devices[:len(runs)]
     result = runs[0] if len(runs) == 1 else _merge(runs, devices)
     if feedback_dir is not None:
@@ -413,6 +418,18 @@ def _read_record(path: Path) -> dict[str, Any]:
         return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def _keep_autograded(autograded: Path, target: Path) -> None:
+    """nbgrader's autograded copy, for the formgrader's manual grading: written to ``target``
+    (the class workspace's ``autograded/<student>/<assignment>/``), without the lines the guard
+    added to the test cells, so an instructor sees the tests as the course wrote them."""
+    content = json.loads(autograded.read_text(encoding="utf-8"))
+    for cell in content.get("cells", []):
+        if cell.get("cell_type") == "code":
+            cell["source"] = strip_guard_lines("".join(cell.get("source", "")))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(content, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _cell_outputs(autograded: Path) -> dict[str, list[dict[str, Any]]]:

@@ -320,9 +320,16 @@ def grade_submission(sub: Submission, course_root: str, timeout: float,
     record = _empty_record(sub)
     start = time.monotonic()
     try:
+        # nbgrader's place for the graded copy, which the formgrader opens for grading by hand:
+        # <workspace>/autograded/<student>/<assignment>/, beside submitted/<student>/<assignment>/
+        kept = sub.path.parents[3] / "autograded" / sub.student / sub.assignment / sub.path.name
+        kept.unlink(missing_ok=True)  # a copy from an earlier run must not stand for this one
         result = grade(sub.path, course=Course(Path(course_root)), feedback_dir=None,
                        assignment_name=sub.assignment, timeout=timeout, cell_timeout=cell_timeout,
-                       memory_mb=memory_mb)
+                       memory_mb=memory_mb, keep_autograded=kept)
+        stamp = sub.path.parent / "timestamp.txt"
+        if kept.is_file() and stamp.is_file():
+            shutil.copyfile(stamp, kept.parent / "timestamp.txt")
         data = json.loads(result.to_json())
         for key in ("assignment", "score", "max_score", "tests", "error", "tampered", "cell_errors",
                     "concept_page"):
@@ -347,6 +354,19 @@ def result_path(workspace: Path, sub: Submission) -> Path:
     return workspace / "results" / sub.student / sub.assignment / f"{sub.path.stem}.json"
 
 
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Adopt the orphans of this process's descendants (Linux ``prctl``); whether it worked."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 class _Workers:
     """The worker processes running now, so that an interrupted class stops them all."""
 
@@ -354,6 +374,34 @@ class _Workers:
         self.lock = threading.Lock()
         self.running: set[subprocess.Popen] = set()
         self.stopping = False
+        # A worker that is killed leaves its grading child, the kernel's jail and the kernel
+        # behind; each is set to die with its parent (sandbox.die_with_parent), and as a last
+        # wall this process becomes their "subreaper": what a dead worker leaves is adopted
+        # here, not by init, and ``reap_orphans`` stops it.
+        self.subreaper = _become_subreaper()
+
+    def reap_orphans(self) -> None:
+        """Kill what dead workers left: every child of this process that is not a running worker
+        (adopted as subreaper), with all below it."""
+        if not self.subreaper:
+            return
+        import psutil
+
+        with self.lock:
+            live = {proc.pid for proc in self.running}
+            orphans = [child for child in psutil.Process().children() if child.pid not in live]
+            doomed = []
+            for orphan in orphans:
+                try:
+                    doomed += [*orphan.children(recursive=True), orphan]
+                except psutil.Error:
+                    continue
+            for process in doomed:
+                try:
+                    process.kill()
+                except psutil.Error:
+                    pass
+        psutil.wait_procs(doomed, timeout=5)
 
     def run(self, sub: Submission, course_root: Path, timeout: float, cell_timeout: int | None,
             memory_mb: int) -> dict[str, Any]:
@@ -392,6 +440,8 @@ class _Workers:
             finally:
                 with self.lock:
                     self.running.discard(proc)
+                if proc.returncode != 0:
+                    self.reap_orphans()
             if proc.returncode == 0 and out.is_file():
                 try:
                     return json.loads(out.read_text(encoding="utf-8"))

@@ -191,6 +191,32 @@ def test_nbgrader_export_as_an_ordinary_user(graded_class):
     assert got == expected
 
 
+def test_nbgraders_own_feedback_reads_the_autograded_copies(graded_class):
+    """The graded copy of each graded submission is kept where nbgrader keeps it
+    (``autograded/<student>/<assignment>/``, without the guard's lines), and nbgrader's own
+    ``generate_feedback``, run by an ordinary user, turns it and the gradebook into feedback
+    pages showing the grader's scores: the formgrader reads the same two."""
+    _, workspace, _, _, records, who = graded_class
+    graded = {key: r for key, r in records.items() if r["status"] == "graded"}
+    assert graded, "no submission was graded"
+    for (student, assignment), record in graded.items():
+        kept = workspace / "autograded" / student / assignment / Path(record["submission"]).name
+        assert kept.is_file(), f"no autograded copy of {student}/{assignment}"
+        assert (kept.parent / "timestamp.txt").is_file(), kept.parent
+        sources = "".join("".join(c["source"]) for c in json.loads(kept.read_text(encoding="utf-8"))["cells"])
+        assert "_lab_guard" not in sources, f"{kept}: the guard's lines were kept in the test cells"
+    for assignment in sorted({a for _, a in graded}):
+        run = who.run([sys.executable, "-m", "nbgrader", "generate_feedback", "--assignment", assignment, "--force"],
+                      cwd=workspace, timeout=180)
+        assert run.returncode == 0, run.stderr[-2000:]
+    for (student, assignment), record in graded.items():
+        page = workspace / "feedback" / student / assignment / (Path(record["submission"]).stem + ".html")
+        assert page.is_file(), f"nbgrader wrote no feedback for {student}/{assignment}"
+        # the notebook's total, as nbgrader's template prints it (score | float | round(2))
+        total = f"(Score: {round(float(record['score']), 2)} / {round(float(record['max_score']), 2)})</h4>"
+        assert total in page.read_text(encoding="utf-8"), f"{page}: nbgrader's page does not show {total}"
+
+
 # --------------------------------------------------------------------------- Jupyter
 
 

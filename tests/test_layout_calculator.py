@@ -11,7 +11,9 @@ It also checks that the Megatron-LM table written on the page is what the planne
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import math
 import re
 from pathlib import Path
@@ -130,6 +132,13 @@ def test_the_page_ranks_and_drops_layouts_as_the_planner_does(server: str) -> No
                         form.locator(f'[name="{field}"]').fill(str(value))
                 shown = form.evaluate(READ)
                 result, cluster, model = _python(inputs)
+                # the page's Python follows the form: run, it builds the same model, cluster and plan
+                namespace: dict = {}
+                with contextlib.redirect_stdout(io.StringIO()) as printed:
+                    exec(compile(page.locator(".calculator-python code").inner_text(), "page", "exec"), namespace)
+                assert (namespace["model"], namespace["cluster"]) == (model, cluster), where
+                assert [e.layout for e in namespace["result"].ranked] == [e.layout for e in result.ranked], where
+                assert "tp=" in printed.getvalue() or not result.ranked, where
 
                 ranked = result.ranked[:SHOW]
                 assert [r[0] for r in shown["ranked"]] == [_key(e.layout) for e in ranked], where

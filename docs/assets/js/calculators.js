@@ -266,6 +266,9 @@
     });
   }
 
+  // For the pages with a calculator script of their own (parallel-layout.js).
+  window.LabCalculators = { snippetAfter: snippetAfter };
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();

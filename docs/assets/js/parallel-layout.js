@@ -211,6 +211,19 @@
 
   var SHOW = 20;
 
+  // The page's Python, for the form's inputs: the same plan from reference_impl/parallel/planner.py.
+  function python(v, preset) {
+    return "import dataclasses\n\nfrom reference_impl.parallel import planner as P\n\n"
+      + "model = P.Model(layers=" + v.layers + ", hidden=" + v.hidden + ", heads=" + v.heads + ", seq=" + v.seq
+      + ", vocab=" + v.vocab + ", experts=" + v.experts + ", top_k=" + v.top_k + ")\n"
+      + "cluster = dataclasses.replace(P.PRESETS[" + JSON.stringify(preset) + "](nodes=" + v.nodes
+      + "), efficiency=" + v.efficiency + ")\n"
+      + "result = P.plan(model, cluster, global_batch=" + v.global_batch + ")\n"
+      + "if result.ranked:\n"
+      + "    print(P.explain(result.ranked[0].layout, model, cluster, " + v.global_batch + "))\n"
+      + "print(result.reasons())  # how many layouts were dropped, by reason\n";
+  }
+
   function render(form, k) {
     var get = function (name) { return form.querySelector('[name="' + name + '"]'); };
     var problem = null, v = {};
@@ -230,7 +243,14 @@
     var reasons = form.querySelector("tbody.reasons");
     [body, dropped, reasons].forEach(function (t) { t.textContent = ""; });
     form.querySelectorAll("output").forEach(function (o) { o.textContent = ""; o.dataset.value = ""; });
-    if (problem !== null) { summary.textContent = "enter valid numbers: " + problem; return; }
+    // calculators.js (loaded on every page, before DOMContentLoaded) finds the page's code block
+    var snippet = window.LabCalculators ? window.LabCalculators.snippetAfter(form) : null;
+    if (problem !== null) {
+      summary.textContent = "enter valid numbers: " + problem;
+      if (snippet) snippet.textContent = "# enter valid numbers: " + problem + "\n";
+      return;
+    }
+    if (snippet) snippet.textContent = python(v, get("preset").value);
 
     var preset = k.clusters[get("preset").value];
     var c = { gpus_per_node: preset.gpus_per_node, gpus: v.nodes * preset.gpus_per_node,

@@ -88,12 +88,16 @@ def learner() -> Learner:
         return Learner(os.getuid(), os.getgid(), Path.home(), switch=False)
     if shutil.which("setpriv") is None:
         pytest.fail("running as root, the learner tests need setpriv (util-linux) to drop privileges")
-    try:
-        account = pwd.getpwnam(ACCOUNT)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--user-group", "--create-home", "--home-dir", f"/home/{ACCOUNT}",
-                        "--shell", "/usr/sbin/nologin", ACCOUNT], check=True, capture_output=True)
-        account = pwd.getpwnam(ACCOUNT)
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / f"{ACCOUNT}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # test processes running side by side create it once
+        try:
+            account = pwd.getpwnam(ACCOUNT)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--user-group", "--create-home", "--home-dir", f"/home/{ACCOUNT}",
+                            "--shell", "/usr/sbin/nologin", ACCOUNT], check=True, capture_output=True)
+            account = pwd.getpwnam(ACCOUNT)
     home = Path(account.pw_dir)
     if not home.is_dir():
         home.mkdir(parents=True)

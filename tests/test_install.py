@@ -306,7 +306,7 @@ def _build_and_install(work: Path):
 @pytest.mark.slow
 def test_the_wheel_gives_the_console_scripts_outside_a_checkout(installed, tmp_path):
     who = learner()
-    away = Path(tempfile_dir(who))
+    away, scores = Path(tempfile_dir(who)), Path(tempfile_dir(who))
     try:
         where = who.run([str(installed / "python"), "-c", "import grader, benchmarks, reference_impl\n"
                         "print(grader.__file__, benchmarks.__file__, reference_impl.__file__)"], cwd=away)
@@ -327,10 +327,13 @@ def test_the_wheel_gives_the_console_scripts_outside_a_checkout(installed, tmp_p
                 proc.stderr
         assert list(away.iterdir()) == []
         # inside a checkout the installed command finds its course from the current directory
-        proc = who.run([str(installed / "dl-lab-grader"), "list"], cwd=ROOT, timeout=120)
+        # (its scores from a folder of the learner's: this checkout's grader-feedback/ is not theirs)
+        proc = who.run([str(installed / "dl-lab-grader"), "list", "--feedback-dir", str(scores)], cwd=ROOT,
+                       timeout=120)
         assert proc.returncode == 0 and "01_ring_allreduce" in proc.stdout, proc.stderr
     finally:
         shutil.rmtree(away, ignore_errors=True)
+        shutil.rmtree(scores, ignore_errors=True)
 
 
 def tempfile_dir(who) -> str:

@@ -60,6 +60,7 @@ from .hints import WrittenHint, site_link, written_hints
 from .report import CellError, GradingResult, TestResult
 from .sandbox import (
     DEFAULT_MEMORY_MB,
+    cgroup_memory_cap,
     child_environment,
     network_isolation_available,
     plan_kernel,
@@ -138,10 +139,12 @@ def check_notebook(
         env = child_environment(scratch, kernel)
         env["LAB_GUARD_TOKEN"] = token  # for grader.steps; the jail does not pass it to the kernel
         env["LAB_PROGRESS"] = str(scratch / "progress.jsonl")
-        child = run_limited(argv, cwd=root, env=env,
+        cgroup, memory_cap = cgroup_memory_cap(memory_mb)
+        child = run_limited(cgroup + argv, cwd=root, env=env,
                             timeout=timeout, memory_mb=memory_mb, cpu_s=cpu_s, network_off=network_off,
                             kernel_uid=kernel.uid, poll=_follow(Path(env["LAB_PROGRESS"]), progress))
         result.isolation = _isolation(kernel.report, network_off, memory_mb, cpu_s, timeout, shown_limit)
+        result.isolation["memory_cap"] = memory_cap
         result.isolation["device"] = f"{device} ({DEVICE_LIBRARIES[device]})"
         record = _read_record(record_file)
         done = set(record.get("completed", []))
@@ -389,8 +392,6 @@ def _isolation(report: Path, network_off: bool, memory_mb: int, cpu_s: int, time
         "cpu": f"{cpu_s} s CPU time",
         "network": "off (a network namespace with only loopback)" if network_off
         else "on: not available here (needs root or user namespaces)",
-        "memory_cap": "RLIMIT_AS (address space) only: no cgroup memory limit is set"
-        if memory_mb > 0 else "none",
     }
     if jail:
         facts["processes"] = jail.get("processes", "not reported")

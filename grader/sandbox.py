@@ -26,7 +26,9 @@ cells) as a child process with:
   out): a mount namespace in which only the kernel's own folder is writable and the
   repository (but ``reference_impl`` and ``grader``, read-only), the user's home, the
   gradebook and the hidden tests do not exist, and a pid namespace of its own;
-* memory is capped by ``RLIMIT_AS`` only (no cgroup), and the report says so.
+* memory is capped by a cgroup (``MemoryMax``, through ``systemd-run --scope``) where a systemd
+  manager is reachable, and by ``RLIMIT_AS`` per process everywhere; the report says which
+  (``cgroup_memory_cap``).
 
 Where neither root nor user namespaces are available, ``sandbox_problem`` says why, and the
 commands that run learners' code refuse to unless the instructor passes ``--trusted``.
@@ -238,6 +240,42 @@ def _unshare_network() -> bool:
 
 
 _NETWORK_PROBE: bool | None = None
+
+
+_CGROUP_PROBE: tuple[list[str], str] | None = None
+
+
+def cgroup_memory_cap(memory_mb: int) -> tuple[list[str], str]:
+    """(argv prefix, what the report says) for a cgroup memory limit on the grading child.
+
+    ``RLIMIT_AS`` caps each process's address space, not what the kernel and its children use
+    together, and counts mappings that use no memory. A cgroup's ``MemoryMax`` caps the real
+    memory of the whole tree. Where a systemd manager is reachable (the user's own, ``--user``,
+    for an ordinary user; the system's for root), ``systemd-run --scope -p MemoryMax=`` runs the
+    grading child in a scope of its own; the rlimits stay as a second wall. Probed once (a
+    ``systemd-run ... true``); elsewhere the prefix is empty and the report says why."""
+    global _CGROUP_PROBE
+    if memory_mb <= 0:
+        return [], "none"
+    if _CGROUP_PROBE is None:
+        runner = shutil.which("systemd-run")
+        scope = [runner, *([] if os.geteuid() == 0 else ["--user"]), "--scope", "--quiet"] if runner else []
+        why = "systemd-run is not installed"
+        if runner:
+            try:
+                probe = subprocess.run([*scope, "-p", "MemoryMax=64M", "true"], capture_output=True, text=True,
+                                       timeout=10, check=False)
+                why = "" if probe.returncode == 0 else (probe.stderr.strip().splitlines() or ["it failed"])[-1]
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                why = str(exc)
+        _CGROUP_PROBE = (scope, "") if not why else ([], f"no systemd manager to ask for a cgroup ({why})")
+    scope, why = _CGROUP_PROBE
+    if not scope:
+        return [], f"RLIMIT_AS (address space) only: {why}"
+    who = "the user's" if "--user" in scope else "the system's"
+    return ([*scope, "-p", f"MemoryMax={memory_mb}M", "-p", "MemorySwapMax=0", "--"],
+            f"cgroup MemoryMax={memory_mb}M for the whole grading run ({who} systemd, a scope of its own), "
+            f"and RLIMIT_AS per process")
 
 
 def network_isolation_available() -> bool:

@@ -95,8 +95,8 @@ def _offline_context(browser, viewport: dict, scheme: str, outside: list[str], e
 
 def _goto(page, url: str, scheme: str) -> None:
     page.goto(url, wait_until="load")
-    # the page's own scripts finish laying it out (fonts in, then two frames) before axe looks
-    page.evaluate("document.fonts.ready.then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))")
+    # the page's own scripts lay it out again once its fonts are in (accessibility.js), before axe
+    page.evaluate("document.fonts.ready.then(() => true)")
     want = "slate" if scheme == "dark" else "default"
     got = page.evaluate("document.body.getAttribute('data-md-color-scheme')")
     assert got == want, f"{url}: the {scheme} scheme did not apply (data-md-color-scheme={got!r})"

@@ -492,3 +492,38 @@ def test_collect_layouts_and_recollect(tiny_course, tmp_path):
     write_nb(hand / "frank" / "sub" / "a.ipynb", tiny_notebook())
     with pytest.raises(InputProblem, match=f"student frank handed in two notebooks for {ASSIGNMENT}/tiny.ipynb"):
         collect(hand, course, workspace)
+
+
+def test_memory_is_capped_by_a_cgroup_where_systemd_can_give_one(tiny_course, tmp_path):
+    """Where ``systemd-run --scope`` works, the grading run is started through it with
+    ``MemoryMax`` set to the memory limit, and the report says the cap is a cgroup; where it does
+    not (this machine has no systemd manager), the report says the cap is RLIMIT_AS only and why.
+    The systemd here is a stand-in on PATH that records its arguments and runs the command."""
+    from notebook_tools import grader_env
+
+    log = tmp_path / "systemd-run.log"
+    fake = tmp_path / "bin" / "systemd-run"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\n"
+                    f'echo "$@" >> {log}\n'
+                    'while [ $# -gt 0 ] && [ "$1" != "--" ] && [ "$1" != true ]; do shift; done\n'
+                    '[ "$1" = true ] && exit 0\n'
+                    'shift\nexec "$@"\n')
+    fake.chmod(0o755)
+    solved = write_nb(tmp_path / "tiny.ipynb", tiny_notebook())
+    env = grader_env()
+    env["PATH"] = f"{fake.parent}:{env.get('PATH', '/usr/bin:/bin')}"
+    capped = Started("--course", str(tiny_course), "check", str(solved), "--json", "--memory-mb", "3000",
+                     "--feedback-dir", "fb", cwd=tmp_path, env=env).wait().result()
+    assert capped["score"] == 6, capped
+    assert capped["isolation"]["memory_cap"].startswith("cgroup MemoryMax=3000M"), capped["isolation"]
+    calls = log.read_text().splitlines()
+    assert calls[0].endswith("-p MemoryMax=64M true"), calls  # the probe
+    assert any("--scope" in c and "-p MemoryMax=3000M -p MemorySwapMax=0 --" in c and "grader.steps" in c
+               for c in calls[1:]), calls
+
+    plain = start("check", str(solved), "--json", "--feedback-dir", "fb", cwd=tmp_path,
+                  course=tiny_course).wait().result()
+    assert plain["score"] == 6
+    cap = plain["isolation"]["memory_cap"]  # this machine's own systemd-run, working or not
+    assert cap.startswith(("cgroup MemoryMax=", "RLIMIT_AS (address space) only: ")), cap

@@ -706,7 +706,7 @@ def test_isolation_is_reported(runs):
     expected = {"root": "root: private user and mount namespace, plus bubblewrap", "unprivileged": "bubblewrap",
                 "root_without_bwrap": "root: private user and mount namespace (bubblewrap not available)"}
     assert isolation["sandbox"].startswith(expected[runs["mode"]]), isolation
-    assert isolation["memory_cap"].startswith("RLIMIT_AS"), isolation
+    assert isolation["memory_cap"].startswith(("RLIMIT_AS", "cgroup MemoryMax=")), isolation
 
 
 # --------------------------------------------------------------------------- the red team

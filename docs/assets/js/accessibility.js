@@ -37,5 +37,5 @@
   window.addEventListener("load", update);
   window.addEventListener("resize", schedule);
   // Formulas take their final width once their fonts are in, which may be after "load".
-  if (document.fonts && document.fonts.ready) document.fonts.ready.then(schedule);
+  if (document.fonts && document.fonts.ready) document.fonts.ready.then(update);
 })();

@@ -10,7 +10,8 @@ as the learner, exactly as the README tells them to:
   for five of them (partial marks, a written hint and a link on every failed test);
 * ``grader list`` with the best and the latest score;
 * ``make release`` over a released notebook someone edited, which survives;
-* ``make site`` (the strict build), a benchmark (to bench-results/, the site's data untouched)
+* ``make site-offline`` (the strict build, with the offline plugin), browsed and searched from
+  file:// in Chromium; a benchmark (to bench-results/, the site's data untouched)
   and the training command;
 * the feedback page in Chromium, on a phone-sized screen, with every outside request aborted;
 * the started notebook opened in JupyterLab (Chromium), which does not mark it modified.
@@ -214,11 +215,45 @@ def test_release_keeps_an_edited_notebook_as_the_learner(lab):
     assert f"{mine.relative_to(where)}: kept as it is" in again.stderr
 
 
-def test_site_builds_as_the_learner(lab):
+def test_site_builds_as_the_learner_and_browses_offline(lab):
+    """``make site-offline`` as the learner (the same strict ``mkdocs build`` as ``make site``,
+    which tests/conftest.py's ``built_site`` runs, with Material's offline plugin on): the copy
+    opens from file://, links between pages work, and search finds pages (through
+    docs/assets/js/iframe-worker.js), with no request leaving the folder and no console error."""
     who, where = lab
-    run = who.run(["make", "site"], cwd=where, timeout=300)
+    run = who.run(["make", "site-offline"], cwd=where, timeout=300)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    assert (where / "site" / "index.html").is_file()
+    site = where / "site-offline"
+    # page.html rather than page/index.html: a file:// URL of a folder shows a listing, not the page
+    assert (site / "concepts" / "allreduce-algorithms.html").is_file()
+    assert not (site / "concepts" / "allreduce-algorithms").exists()
+    assert "var __index = " in (site / "search" / "search_index.js").read_text(encoding="utf-8")[:20]
+    sync_playwright = chromium_or_skip()
+    outside: list[str] = []
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.route("**/*", lambda r: r.continue_() if urlsplit(r.request.url).scheme in
+                       ("file", "data", "blob", "about") else (outside.append(r.request.url), r.abort()))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto((site / "index.html").as_uri(), wait_until="load")
+            link = page.locator('.md-content a[href*="concepts/"][href$=".html"]:visible').first
+            target = link.get_attribute("href")
+            link.click()
+            page.wait_for_load_state("load")
+            assert page.url.endswith(target.removeprefix(".").removeprefix("/")), (page.url, target)
+            assert page.locator("article h1").first.inner_text().strip()
+            page.locator("input.md-search__input").click()
+            page.keyboard.type("allreduce")
+            page.wait_for_selector(".md-search-result__item", state="visible", timeout=20_000)
+            assert page.locator(".md-search-result__item").count() >= 3
+        finally:
+            browser.close()
+    assert not outside, f"the offline site requested resources outside its folder: {outside}"
+    assert not errors, f"console errors: {errors}"
 
 
 def test_benchmark_and_training_run_as_the_learner(lab):

@@ -331,31 +331,10 @@ def _search(page, query: str) -> list[str]:
                                      "els => els.map(e => new URL(e.href).pathname)")
 
 
-@pytest.mark.parametrize("query, first", [
-    ("stale synchronous", "/concepts/consistency-models/"),
-    ("ring allreduce", "/concepts/allreduce-vs-parameter-servers/"),
-])
-def test_search_lists_the_concept_page_first(site_url: str, query: str, first: str) -> None:
-    sync_playwright = chromium_or_skip()
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            outside = _offline(page)
-            page.goto(f"{site_url}/", wait_until="load")
-            results = _search(page, query)
-        finally:
-            browser.close()
-    assert not outside, f"search requested resources outside 127.0.0.1: {outside}"
-    assert results, f"no results for {query!r}"
-    assert results[0] == first, f"{query!r}: first result {results[0]}, expected {first}; all: {results[:8]}"
-
-
-@pytest.mark.parametrize("query", ["参数服务器", "全归约", "异步随机梯度下降"])
-def test_a_chinese_query_finds_the_glossary_term_highlighted(site_url: str, query: str) -> None:
-    """Chinese text is indexed as words (jieba, with the glossary's terms kept whole), so a
-    Chinese term finds the glossary, and the result marks that term, not the whole table."""
-    assert query in (DOCS / "glossary.md").read_text(encoding="utf-8"), f"{query} is not a glossary term"
+def _search_from_home(site_url: str, query: str) -> tuple[list[str], list[str]]:
+    """``query`` typed into the search box of the home page, in Chromium with every request
+    outside 127.0.0.1 aborted (the test fails if there was one): the result pages' URLs, best
+    first, and the texts the results mark as matches."""
     sync_playwright = chromium_or_skip()
     with sync_playwright() as p:
         browser = _browser(p)
@@ -368,5 +347,24 @@ def test_a_chinese_query_finds_the_glossary_term_highlighted(site_url: str, quer
         finally:
             browser.close()
     assert not outside, f"search requested resources outside 127.0.0.1: {outside}"
+    return results, marked
+
+
+@pytest.mark.parametrize("query, first", [
+    ("stale synchronous", "/concepts/consistency-models/"),
+    ("ring allreduce", "/concepts/allreduce-vs-parameter-servers/"),
+])
+def test_search_lists_the_concept_page_first(site_url: str, query: str, first: str) -> None:
+    results, _ = _search_from_home(site_url, query)
+    assert results, f"no results for {query!r}"
+    assert results[0] == first, f"{query!r}: first result {results[0]}, expected {first}; all: {results[:8]}"
+
+
+@pytest.mark.parametrize("query", ["参数服务器", "全归约", "异步随机梯度下降"])
+def test_a_chinese_query_finds_the_glossary_term_highlighted(site_url: str, query: str) -> None:
+    """Chinese text is indexed as words (jieba, with the glossary's terms kept whole), so a
+    Chinese term finds the glossary, and the result marks that term, not the whole table."""
+    assert query in (DOCS / "glossary.md").read_text(encoding="utf-8"), f"{query} is not a glossary term"
+    results, marked = _search_from_home(site_url, query)
     assert "/glossary/" in results, f"{query!r}: the glossary is not among the results {results}"
     assert query in marked, f"{query!r}: the result does not mark the term (marked: {marked[:10]})"

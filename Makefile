@@ -7,6 +7,10 @@ JUPYTER_CONFIG := $(VENV)/.jupyter-configured
 # Every version the venv gets, pinned: a course graded in March and in May runs the same
 # nbgrader, nbclient and nbconvert. `make lock` writes it anew from pyproject.toml.
 LOCK   := requirements/constraints.txt
+# The PyTorch release `make lock` pins. Its Linux x86_64 wheel on PyPI is the CUDA build (several GB);
+# the lab's CI machines hold its CPU build locally, which pip prefers. The lock records it without
+# the "+cpu" label, so elsewhere pip takes PyPI's wheel of the same release.
+TORCH_PIN := torch==2.13.0
 # What `make venv` installs: every extra but the GPU one (see pyproject.toml).
 EXTRAS := all
 # Silence mkdocs-material's banner about mkdocs 2: pyproject.toml pins mkdocs below 2.
@@ -61,11 +65,11 @@ lock:                    ## re-resolve every dependency to its newest allowed re
 	rm -rf $(VENV)-lock
 	$(PYTHON) -m venv $(VENV)-lock
 	$(VENV)-lock/bin/python -m pip install --quiet --upgrade pip
-	$(VENV)-lock/bin/python -m pip install --quiet -e '.[$(EXTRAS)]'
+	$(VENV)-lock/bin/python -m pip install --quiet -e '.[$(EXTRAS)]' '$(TORCH_PIN)'
 	mkdir -p $(dir $(LOCK))
 	{ echo "# Every package make venv installs, at the version it installs; pip install -c $(LOCK) ..."; \
 	  echo "# Written by make lock from pyproject.toml ($(EXTRAS) extras) with $$($(VENV)-lock/bin/python --version)."; \
-	  $(VENV)-lock/bin/python -m pip freeze --all --exclude-editable | grep -v "^pip=="; } > $(LOCK)
+	  $(VENV)-lock/bin/python -m pip freeze --all --exclude-editable | grep -v "^pip==" | sed 's/^\(torch==[^+]*\)+.*/\1/'; } > $(LOCK)
 	rm -rf $(VENV)-lock
 
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots

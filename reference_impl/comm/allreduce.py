@@ -1,6 +1,7 @@
 """``allreduce``: every rank ends with the element-wise reduction of every rank's array.
 
-One entry point, four algorithms, each in its own module because each is its own idea:
+One entry point, four algorithms, each in its own module because each is its own idea
+(and ``"library"``, which hands the call to the MPI or torch.distributed collective):
 
     algorithm            module                 steps            bytes sent per rank
     ring                 ring.py                2 (p - 1)        2 (p - 1) / p * N
@@ -36,6 +37,12 @@ IMPLEMENTATIONS: dict[str, Callable[[Communicator, Any, Any, str], None]] = {
     "tree": tree_allreduce,
 }
 ALGORITHMS = (*IMPLEMENTATIONS, "auto")
+# "library" is no algorithm of ours: it hands the whole call to the engine's own collective
+# (MPICommunicator: MPI_Allreduce; TorchCommunicator: torch.distributed.all_reduce), the peer
+# every algorithm here is measured against. A communicator without one (thread ranks, the
+# simulated network, a generic SplitCommunicator, a CountingCommunicator, whose count would
+# miss the library's traffic) raises NotImplementedError naming itself.
+LIBRARY = "library"
 
 # The link that "auto" assumes: ranks as processes on one multi-core host, exchanging
 # NumPy arrays through MPICommunicator and the MPI library's shared memory. The numbers
@@ -77,12 +84,12 @@ def allreduce(
     modified. The result has ``x``'s shape and dtype. ``out``, like MPI's receive buffer,
     is an optional 1-D array of ``x``'s size and dtype (not sharing memory with ``x``) to
     hold the result, so a training loop can reuse one buffer every step. ``algorithm`` is
-    one of ``ALGORITHMS``; with ``"auto"``, ``link`` (default ``AUTO_LINK``) describes the
+    one of ``ALGORITHMS`` or ``"library"`` (the engine's own collective); with ``"auto"``, ``link`` (default ``AUTO_LINK``) describes the
     network the choice is made for. ``op`` is one of sum, prod, max, min, mean (floating
     dtypes only). A rank whose input does not match the others' raises ``CommError``.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if algorithm not in ALGORITHMS and algorithm != LIBRARY:
+        raise ValueError(f"allreduce: unknown algorithm {algorithm!r}; expected one of {(*ALGORITHMS, LIBRARY)}")
     xp = check_input(comm, x, op, "allreduce")
     flat = xp.reshape(x, (-1,))
     n_elements = flat.shape[0]
@@ -96,6 +103,9 @@ def allreduce(
     if algorithm == "auto":
         algorithm = choose_algorithm(n_elements * itemsize(x), comm.size, link or AUTO_LINK)
     with explain_mismatch(comm, "allreduce", x, algorithm=algorithm):
-        IMPLEMENTATIONS[algorithm](comm, flat, out, op)
+        if algorithm == LIBRARY:
+            comm.library_allreduce(flat, out, op)
+        else:
+            IMPLEMENTATIONS[algorithm](comm, flat, out, op)
     return xp.reshape(finish(op, out, comm.size), tuple(x.shape))
 # --8<-- [end:choose]

@@ -102,6 +102,18 @@ class Communicator(ABC):
     def barrier(self) -> None:
         """Return only when every rank has entered the barrier."""
 
+    def library_allreduce(self, x: Any, out: Any, op: str) -> None:
+        """Hand a whole allreduce to the engine's own collective (``allreduce(..., algorithm="library")``).
+
+        ``x`` and ``out`` are 1-D with the same size and dtype; ``out`` gets the reduction
+        (``mean`` as a sum: ``allreduce`` divides afterwards). Only communicators over a library
+        that has collectives (MPI, torch.distributed) can; the others say so.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has no library collective to hand an allreduce to (algorithm='library' "
+            f"needs an MPICommunicator or a TorchCommunicator); use one of the lab's algorithms"
+        )
+
     def _check_peer(self, peer: int, role: str) -> None:
         if not 0 <= peer < self.size:
             raise ValueError(f"rank {self.rank}: {role} rank {peer} is outside 0..{self.size - 1}")
@@ -454,12 +466,18 @@ class SplitCommunicator(Communicator):
         return self._rank_of[self.inner.recv_any(buf, self._wire(tag))]
 
     def barrier(self) -> None:
-        """Dissemination barrier of empty messages: round k sends to rank + 2^k, receives from rank - 2^k."""
-        import numpy as np
+        dissemination_barrier(self, SPLIT_BARRIER_TAG)
 
-        empty_out, empty_in = np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)
-        distance = 1
-        while distance < self.size:
-            self.sendrecv(empty_out, (self.rank + distance) % self.size,
-                          empty_in, (self.rank - distance) % self.size, SPLIT_BARRIER_TAG)
-            distance *= 2
+
+def dissemination_barrier(comm: Communicator, tag: int) -> None:
+    """A barrier of empty messages on ``comm``'s own sendrecv: round k sends to rank + 2^k and
+    receives from rank - 2^k, so after ceil(log2 p) rounds every rank has heard, directly or
+    not, from every other. Bounded by ``comm``'s timeout, and a missing rank is named."""
+    import numpy as np
+
+    empty_out, empty_in = np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)
+    distance = 1
+    while distance < comm.size:
+        comm.sendrecv(empty_out, (comm.rank + distance) % comm.size,
+                      empty_in, (comm.rank - distance) % comm.size, tag)
+        distance *= 2

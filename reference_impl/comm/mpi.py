@@ -138,6 +138,19 @@ class MPICommunicator(Communicator):
             return None
         return MPICommunicator(child, timeout=self.timeout)
 
+    def library_allreduce(self, x: Any, out: Any, op: str) -> None:
+        """``MPI_Allreduce`` itself (mpi4py's ``Allreduce``) with the matching ``MPI_Op``; ``mean`` is
+        ``MPI_SUM`` here and ``allreduce`` divides afterwards.
+
+        A nonblocking ``Iallreduce`` polled like every other call here, so it is bounded by
+        ``timeout`` too; MPI's own ``Allreduce`` waits forever for a rank that never joins.
+        """
+        MPI = self._MPI
+        mpi_op = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
+        if out.size == 0:
+            return
+        self._wait(send=self.comm.Iallreduce(x, out, op=mpi_op), collective="MPI_Allreduce")
+
     def _wire_tag(self, tag: int, buf: Any) -> int:
         if not 0 <= tag <= self._max_tag:
             raise ValueError(f"rank {self.rank}: tag {tag} is outside 0..{self._max_tag}")
@@ -145,7 +158,7 @@ class MPICommunicator(Communicator):
 
     def _wait(
         self, send: Any = None, receive: Any = None, dest: int | None = None, sendbuf: Any = None,
-        source: int | None = None, recvbuf: Any = None, tag: int = 0,
+        source: int | None = None, recvbuf: Any = None, tag: int = 0, collective: str = "the barrier",
     ) -> int | None:
         """Poll ``send`` and ``receive`` (either may be None) until both are done or time is up.
 
@@ -175,20 +188,21 @@ class MPICommunicator(Communicator):
                 self._check_dtype(receive, recvbuf, source, tag)
                 next_dtype_check = waited + DTYPE_CHECK_S
             if waited > self.timeout:
-                self._give_up(send, receive, dest, sendbuf, source, tag)
+                self._give_up(send, receive, dest, sendbuf, source, tag, collective)
             if waited < YIELD_S:
                 os.sched_yield()
             else:
                 time.sleep(SLEEP_S)
 
-    def _give_up(self, send: Any, receive: Any, dest: Any, sendbuf: Any, source: Any, tag: int) -> None:
+    def _give_up(self, send: Any, receive: Any, dest: Any, sendbuf: Any, source: Any, tag: int,
+                 collective: str = "the barrier") -> None:
         """Raise the timeout error, naming what is still pending: which peer, which direction."""
         pending = []
         if receive is not None:
             receive.Cancel()
             pending.append(f"a message from {self._who(source)} (tag {tag})")
         if send is not None:
-            pending.append("the other ranks to enter the barrier" if dest is None
+            pending.append(f"the other ranks to enter {collective}" if dest is None
                            else f"rank {dest} to take {sendbuf.nbytes} bytes (tag {tag})")
         raise CommError(
             f"rank {self.rank}: still waiting for {' and '.join(pending)} after {self.timeout:g} s "

@@ -4,6 +4,8 @@
     python -m reference_impl.train wide_deep --strategy ps --servers 2 --workers 2 --consistency bsp
     python -m reference_impl.train wide_deep --strategy allreduce --workers 2 --json
     python -m reference_impl.train wide_deep --strategy ps --workers 4 --consistency ssp --staleness 4 --slowdown 3
+    mpiexec -n 4 python -m mpi4py -m reference_impl.train wide_deep --strategy ps --engine mpi
+    torchrun --standalone --nproc-per-node 2 -m reference_impl.train wide_deep --strategy allreduce --engine torch
 
 ``local`` trains in this process; ``ps`` puts every variable (the sparse tables and the
 MLP) on ``--servers`` server ranks, trained by ``--workers`` workers under the rule
@@ -11,7 +13,11 @@ MLP) on ``--servers`` server ranks, trained by ``--workers`` workers under the r
 ``backup`` (``--backups`` of the workers are not waited for) or ``easgd`` (``--tau``,
 ``--alpha``); ``--slowdown K`` makes worker 0 a straggler that takes ``K`` times its own
 compute per step. ``allreduce`` is the mirrored strategy (full replicas, sparse
-gradients all-gathered, dense all-reduced). Ranks are threads of this process. The model's
+gradients all-gathered, dense all-reduced). ``--engine`` says what the ranks are: ``threads``
+of this process (the default), or the processes of the launcher that started this command,
+``mpi`` (``mpiexec``, ``MPICommunicator``) or ``torch`` (``torchrun``, ``TorchCommunicator``), one
+rank per process: the job must then have ``--servers + --workers`` processes (``ps``) or
+``--workers`` (``allreduce``), and rank 0 prints the result. The model's
 hyper-parameters (``--ftrl-alpha`` ... ``--embedding-l2``, ``--epochs``) default to
 ``models.insteval.JOINT_CONFIG``, the configuration ``python -m benchmarks ps``
 chose on a validation split, so the defaults train the model whose test AUC the site quotes.
@@ -31,6 +37,7 @@ import time
 from typing import Any
 
 from ..comm import CountingCommunicator, run_threads
+from ..comm.engines import gather_objects, world_communicator
 from ..models.insteval import JOINT_CONFIG, insteval_model, load_insteval, train_test_split
 from ..models.strategies import mirrored_rank, rule_rank
 from ..models.wide_deep import WideDeep, WideDeepConfig, fit
@@ -39,13 +46,50 @@ from ..ps.cluster import RULES
 from ..ps.training import Pace
 
 STRATEGIES = ("local", "ps", "allreduce")
+ENGINES = ("threads", "mpi", "torch")
+
+
+def _summary(result: Any) -> dict[str, Any]:
+    """What rank 0 needs from one rank's result: a server's count of dropped gradients, or a
+    worker's metrics and step counts (small and picklable, to travel in ``gather_objects``)."""
+    if isinstance(result, dict):
+        return {k: v for k, v in result.items() if k != "history"}
+    return {"dropped": len(result.dropped)}
+
+
+def _ranks(engine: str, size: int, fn: Any, *args: Any) -> tuple[list[Any] | None, int]:
+    """``(every rank's result of fn(comm, *args) by rank, bytes all ranks sent)`` on rank 0;
+    ``(None, 0)`` on the others.
+
+    ``threads``: ``size`` thread ranks of this process. ``mpi``/``torch``: this process is one
+    rank of a job its launcher started, which must have ``size`` processes. Each rank's
+    communicator is wrapped in a ``CountingCommunicator``; the results travel to rank 0 with
+    ``gather_objects`` (not counted: it is reporting, not training)."""
+    counters: list[CountingCommunicator] = []
+
+    def wrap(c: Any) -> CountingCommunicator:
+        counters.append(CountingCommunicator(c))
+        return counters[-1]
+
+    if engine == "threads":
+        results = run_threads(size, fn, *args, timeout=600, wrap=wrap)
+        return [_summary(r) for r in results], sum(c.bytes_sent for c in counters)
+    comm = world_communicator(engine, timeout=600)
+    if comm.size != size:
+        raise SystemExit(f"--engine {engine} runs one rank per process: this job has {comm.size} processes, "
+                         f"but the options ask for {size}")
+    mine = _summary(fn(wrap(comm), *args))
+    gathered = gather_objects(comm, (mine, counters[0].bytes_sent))
+    if gathered is None:
+        return None, 0
+    return [m for m, _ in gathered], sum(b for _, b in gathered)
 
 
 def run(strategy: str, workers: int, servers: int, consistency: str | Consistency, epochs: int, batch: int,
         limit: int | None, show_progress: bool, slowdown: float = 1.0,
-        config: WideDeepConfig = JOINT_CONFIG) -> dict[str, Any]:
+        config: WideDeepConfig = JOINT_CONFIG, engine: str = "threads") -> dict[str, Any] | None:
     """Train and evaluate once (``config``'s hyper-parameters, ``epochs`` epochs); returns the
-    numbers the command prints."""
+    numbers the command prints (on rank 0 of a launched job; ``None`` on its other ranks)."""
     rule = consistency if isinstance(consistency, Consistency) else Consistency(consistency)
     tr, ytr, te, yte = train_test_split(load_insteval())
     if limit is not None:
@@ -59,12 +103,10 @@ def run(strategy: str, workers: int, servers: int, consistency: str | Consistenc
 
     steps = epochs * -(-len(ytr) // batch)
     bar = tqdm(total=steps, desc=f"wide_deep {strategy}", unit="step", disable=not show_progress, file=sys.stderr)
-    counters: list[CountingCommunicator] = []
+    bytes_sent = 0
 
-    def wrap(c: Any) -> CountingCommunicator:
-        counters.append(CountingCommunicator(c))
-        return counters[-1]
-
+    if engine != "threads":
+        world_communicator(engine, timeout=600)  # start the library before the clock: not training time
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
     examples = epochs * len(ytr)
@@ -74,8 +116,10 @@ def run(strategy: str, workers: int, servers: int, consistency: str | Consistenc
         metrics = model.evaluate(te, yte)
     elif strategy == "ps":
         pace = Pace(straggler=0 if slowdown != 1.0 else None, slowdown=slowdown)
-        ranks = run_threads(servers + workers, rule_rank, ClusterSpec(servers, workers), build, tr, ytr, te, yte,
-                            rule, epochs, batch, 0, pace, bar.update, timeout=600, wrap=wrap)
+        ranks, bytes_sent = _ranks(engine, servers + workers, rule_rank, ClusterSpec(servers, workers), build, tr,
+                                   ytr, te, yte, rule, epochs, batch, 0, pace, bar.update)
+        if ranks is None:
+            return None
         metrics = ranks[servers]
         examples = sum(r["examples_computed"] for r in ranks[servers:])
         extra = {"staleness": rule.staleness if rule.rule == "ssp" else None,
@@ -83,20 +127,22 @@ def run(strategy: str, workers: int, servers: int, consistency: str | Consistenc
                  "tau": rule.tau if rule.rule == "easgd" else None,
                  "alpha": rule.alpha if rule.rule == "easgd" else None,
                  "slowdown_worker0": slowdown, "steps_per_worker": [r["steps_done"] for r in ranks[servers:]],
-                 "dropped_gradients": len(ranks[0].dropped)}
+                 "dropped_gradients": ranks[0]["dropped"]}
     else:
-        ranks = run_threads(workers, mirrored_rank, build, tr, ytr, te, yte, epochs, batch, 0, bar.update,
-                            timeout=600, wrap=wrap)
+        ranks, bytes_sent = _ranks(engine, workers, mirrored_rank, build, tr, ytr, te, yte, epochs, batch, 0,
+                                   bar.update)
+        if ranks is None:
+            return None
         metrics = ranks[0]
     seconds = time.perf_counter() - t0
     bar.close()
-    return {"strategy": strategy, "engine": "threads", "workers": 1 if strategy == "local" else workers,
+    return {"strategy": strategy, "engine": engine, "workers": 1 if strategy == "local" else workers,
             "servers": servers if strategy == "ps" else 0,
             "consistency": rule.rule if strategy == "ps" else "bsp", "epochs": epochs, "batch": batch,
             "config": config.as_dict(),
             "train_examples": len(ytr), "test_examples": len(yte), "auc": metrics["auc"],
             "logloss": metrics["logloss"], "seconds": seconds, "examples_per_s": examples / seconds,
-            "bytes_sent": sum(c.bytes_sent for c in counters), **extra}
+            "bytes_sent": bytes_sent, **extra}
 
 
 EXIT_CODES = """exit codes:
@@ -118,8 +164,11 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog=EXIT_CODES, formatter_class=_HelpFormatter)
     parser.add_argument("model", choices=["wide_deep"], help="the model to train (Wide & Deep on InstEval)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="local",
-                        help="local: one process; ps: parameter servers (thread ranks); "
-                             "allreduce: mirrored replicas (thread ranks)")
+                        help="local: one process; ps: parameter servers; allreduce: mirrored replicas")
+    parser.add_argument("--engine", choices=ENGINES, default="threads",
+                        help="threads: ranks are threads of this process; mpi / torch: this command was started "
+                             "by mpiexec / torchrun, one rank per process (ps: servers + workers processes, "
+                             "allreduce: workers)")
     parser.add_argument("--workers", type=int, default=2, help="worker ranks (ps and allreduce; local uses 1)")
     parser.add_argument("--servers", type=int, default=2, help="server ranks (ps only)")
     parser.add_argument("--consistency", choices=RULES, default="bsp", help="the servers' rule (ps only)")
@@ -172,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--slowdown needs --strategy ps")
     if args.slowdown < 1.0:
         parser.error("--slowdown must be >= 1")
+    if args.engine != "threads" and args.strategy == "local":
+        parser.error(f"--engine {args.engine} needs --strategy ps or allreduce (local trains in one process)")
     try:
         rule = Consistency(args.consistency, staleness=args.staleness, backups=args.backups, tau=args.tau,
                            alpha=args.alpha)
@@ -183,8 +234,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --ftrl-alpha, --embedding-dim, --embedding-lr, --mlp-lr > 0 and "
                      "--ftrl-l1, --ftrl-l2, --embedding-l2 >= 0")
     config = default_config(args)
-    result = run(args.strategy, args.workers, args.servers, rule, args.epochs, args.batch, args.limit,
-                 show_progress=not args.json, slowdown=args.slowdown, config=config)
+    launched = args.engine != "threads"
+    try:
+        result = run(args.strategy, args.workers, args.servers, rule, args.epochs, args.batch, args.limit,
+                     show_progress=not args.json and not launched, slowdown=args.slowdown, config=config,
+                     engine=args.engine)
+    except SystemExit as exc:
+        if isinstance(exc.code, str):  # the job has the wrong number of processes: a command-line error
+            parser.error(exc.code)
+        raise
+    if result is None:  # a rank other than 0 of a launched job: rank 0 prints
+        return 0
     if args.json:
         print(json.dumps(result))
         return 0

@@ -1,7 +1,7 @@
 """Random DAGs with ops on random devices, for the partitioning and distributed-session tests.
 
 Importable (``random_dag``, ``check_against_session``) by tests/test_graph_partition.py and
-tests/test_distributed_session.py; run under ``mpiexec -n 3`` it checks ``N_MPI`` random
+tests/test_distributed_session.py; run under ``mpiexec -n 3`` (or ``torchrun``) it checks ``N_MPI`` random
 DAGs on a master and two MPI workers against the single-process ``Session``, then that a
 worker whose kernel raises mid-step is reported to the client and the next step still runs.
 """
@@ -131,10 +131,10 @@ def check_failure_is_reported(master: Any) -> str:
 
 
 def main() -> None:
-    from reference_impl.comm import MPICommunicator
+    from reference_impl.comm.engines import engine_of, world_communicator
     from reference_impl.runtime import ClusterSpec, DistributedSession, serve_rank
 
-    comm = MPICommunicator()
+    comm = world_communicator()
     cluster = ClusterSpec.workers(comm.size - 1)
 
     def client(master: Any) -> int:
@@ -147,7 +147,8 @@ def main() -> None:
 
     n = serve_rank(comm, cluster, client)
     if comm.rank == 0:
-        print(f"OK {n} random DAGs bit-identical on {comm.size - 1} MPI workers")
+        engine = {"mpi": "MPI", "torch": "torch.distributed"}[engine_of(comm)]
+        print(f"OK {n} random DAGs bit-identical on {comm.size - 1} {engine} workers")
         print("OK a failing worker was reported and the next step ran")
         sys.stdout.flush()
 

@@ -1,4 +1,4 @@
-"""Run under mpiexec -n 4: one server and three workers, worker 0 (rank 1) 3x slower.
+"""Run under mpiexec -n 4 (or torchrun --nproc-per-node 4): one server and three workers, worker 0 (rank 1) 3x slower.
 
 SSP(s=1): every read at clock c contains every worker's first c - 1 steps, and the bound
 is reached. ASP: the fast workers finish while the straggler is far behind. Backup
@@ -7,7 +7,7 @@ are dropped, and the server's values are what applying each step's two gives. Ra
 """
 import numpy as np
 
-from reference_impl.comm import MPICommunicator
+from reference_impl.comm.engines import gather_objects, world_communicator
 from reference_impl.models import ClickLog
 from reference_impl.ps import ClusterSpec, Consistency
 from reference_impl.ps.training import (
@@ -20,7 +20,7 @@ from reference_impl.ps.training import (
     train_step,
 )
 
-comm = MPICommunicator(timeout=20)
+comm = world_communicator(timeout=20)
 cluster = ClusterSpec(1, 3)
 pace = Pace(step_time=0.01, straggler=0, slowdown=3.0)
 me = comm.rank - 1
@@ -29,7 +29,7 @@ me = comm.rank - 1
 def gather(value):
     """The workers' results on the server (a pickled gather is fine for a test); then a
     barrier, so that no rank starts the next job while the server still serves this one."""
-    values = comm.comm.gather(value, root=0)
+    values = gather_objects(comm, value, root=0)
     comm.barrier()
     return values
 

@@ -1,4 +1,4 @@
-"""Run under mpiexec -n 4: 2 parameter servers + 2 workers train the embedding model.
+"""Run under mpiexec -n 4 (or torchrun --nproc-per-node 4): 2 parameter servers + 2 workers train the embedding model.
 
 For each server-side optimiser and both placements of the dense variables (on the
 servers, or replicated and all-reduced among the workers), BSP training on the two
@@ -7,12 +7,12 @@ worker against its own single-process run). Rank 2 prints one OK line.
 """
 import numpy as np
 
-from reference_impl.comm import MPICommunicator
+from reference_impl.comm.engines import world_communicator
 from reference_impl.models import ClickLog
 from reference_impl.ps import FTRL, SGD, Adagrad, Adam, ClusterSpec
 from reference_impl.ps.training import model_spec, run_ps_rank, train_local
 
-comm = MPICommunicator(timeout=30)
+comm = world_communicator(timeout=30)
 cluster = ClusterSpec(2, 2)
 ids, labels = ClickLog(vocab_size=300).sample(512, seed=11)
 steps, batch = 4, 64

@@ -11,6 +11,10 @@
    can also be set against the library's own implementation of the same algorithm. Those
    come from separate runs; the JSON says so (``job`` field).
 
+3. (section ``torch``) one ``torchrun`` job timing all our algorithms on ``TorchCommunicator``
+   (gloo), ``algorithm="library"`` and ``torch.distributed.all_reduce`` called directly
+   (``torch``), interleaved the same way; under the document's ``torch`` key.
+
 Which algorithm the library's default picks is not reported by MPICH; the forced runs are
 how to tell (the default's curve coincides with one of them). The figures are plotted on
 the page "Allreduce algorithms and their cost", next to the cost model's prediction.
@@ -22,7 +26,11 @@ import statistics
 import sys
 from typing import Any
 
-from .harness import bandwidths, bench_parser, emit, mpi_job, repeats_for, sizes, time_interleaved, write_json
+from .allreduce import library_overhead, torch_job
+from .harness import (
+    add_sections_argument, bandwidths, bench_parser, emit, mpi_job, repeats_for, sectioned_document, sections_to_run,
+    sizes, time_interleaved, write_json,
+)
 from .machine import machine_info
 
 MIN_BYTES, MAX_BYTES = 8, 256 << 20
@@ -30,6 +38,8 @@ ITEM_BYTES = 4  # float32
 OURS = ("ring", "recursive_doubling", "rabenseifner", "tree", "auto")
 # MPICH's names for its allreduce algorithms (reduce_scatter_allgather is Rabenseifner's).
 MPICH_FORCED = ("ring", "recursive_doubling", "reduce_scatter_allgather", "tree")
+SECTIONS = ("mpi", "torch")
+TORCH_IMPLS = (*OURS, "library", "torch")
 
 
 def run_rank(byte_sizes: list[int], impl_names: list[str], warmup: int) -> None:
@@ -77,14 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs before each timed size")
     parser.add_argument("--no-forced", action="store_true", help="skip the runs with MPICH's algorithms forced")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per mpiexec job")
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per mpiexec or torchrun job")
+    add_sections_argument(parser, SECTIONS)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", choices=SECTIONS, default="mpi", help=argparse.SUPPRESS)
     parser.add_argument("--impls", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
-        run_rank([int(s) for s in args.sizes.split(",")], args.impls.split(","), args.warmup)
+        byte_sizes = [int(s) for s in args.sizes.split(",")]
+        if args.engine == "torch":
+            from .allreduce import run_torch_rank
+
+            run_torch_rank(byte_sizes, args.warmup, tuple(args.impls.split(",")))
+        else:
+            run_rank(byte_sizes, args.impls.split(","), args.warmup)
         return 0
 
     from tqdm import tqdm
@@ -93,15 +111,20 @@ def main(argv: list[str] | None = None) -> int:
     byte_sizes = sizes(args.min_bytes, args.max_bytes)
     if not byte_sizes or args.min_bytes < ITEM_BYTES or any(b % ITEM_BYTES for b in byte_sizes):
         parser.error(f"sizes must be multiples of {ITEM_BYTES} bytes (float32), from --min-bytes to --max-bytes")
+    run = sections_to_run(parser, args, SECTIONS)
     forced = () if args.no_forced else MPICH_FORCED
     # (label prefix, implementations, environment) per job
     jobs = [("", [*OURS, "mpi"], {})] + [
         (f"mpi:{alg}", ["mpi"], {"MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM": alg, "MPIR_CVAR_DEVICE_COLLECTIVES": "none"})
         for alg in forced
     ]
-    total = len(rank_counts) * len(byte_sizes) * sum(len(impls) for _, impls, _ in jobs)
+    if "mpi" not in run:
+        jobs = []
+    total = len(rank_counts) * len(byte_sizes) * (sum(len(impls) for _, impls, _ in jobs)
+                                                  + len(TORCH_IMPLS) * ("torch" in run))
     results: list[dict] = []
-    meta = {"mpi_library": "unknown"}
+    torch_results: list[dict] = []
+    meta = {"mpi_library": "unknown", "torch_library": "unknown"}
     with tqdm(total=total, desc="collectives", unit="point") as progress:
         for ranks in rank_counts:
             for label, impls, env in jobs:
@@ -120,15 +143,39 @@ def main(argv: list[str] | None = None) -> int:
                 argv = ["-m", "benchmarks.collectives", "--worker", "--impls", ",".join(impls),
                         "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(args.warmup)]
                 mpi_job(ranks, argv, on_record, args.timeout, env=env)
+            if "torch" in run:
+                progress.set_postfix(ranks=ranks, job="torch")
 
-    write_json(args.out, {
-        "benchmark": "collectives",
-        "dtype": "float32",
-        "machine": machine_info(mpi_library=meta["mpi_library"]),
-        "forced_algorithm_variable": "MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
-        "results": results,
-    })
+                def on_torch(record: dict) -> None:
+                    if "torch_library" in record:
+                        meta.update(record)
+                        return
+                    torch_results.append(record)
+                    progress.update(1)
+
+                torch_job(ranks, "benchmarks.collectives",
+                          ["--worker", "--engine", "torch", "--impls", ",".join(TORCH_IMPLS),
+                           "--sizes", ",".join(map(str, byte_sizes)), "--warmup", str(args.warmup)],
+                          on_torch, args.timeout)
+
+    parts: dict[str, Any] = {}
+    if "mpi" in run:
+        parts.update(dtype="float32", forced_algorithm_variable="MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM",
+                     results=results)
+    if "torch" in run:
+        parts["torch"] = {"library": meta["torch_library"], "results": torch_results,
+                          "machine": machine_info(torch_library=meta["torch_library"])}
+    machine = machine_info(**{k: v for k, v in meta.items() if k == "mpi_library" or "mpi" not in run})
+    document = sectioned_document(args, "collectives", parts, machine, {})
+    if not args.only:
+        document.pop("settings")
+    write_json(args.out, document)
     print(f"wrote {args.out}")
+    for ranks, ratio in library_overhead(torch_results, "torch").items():
+        print(f"torch.distributed, {ranks} ranks: time of algorithm='library' / all_reduce, median over all sizes "
+              f"= {ratio['all_sizes']:.3f}, over sizes >= 1 MiB = {ratio['sizes_from_1MiB']:.3f}")
+    if "mpi" not in run:
+        return 0
     best = _best_of_ours(results)
     for ranks, (ratio_large, ratio_small) in best.items():
         print(f"{ranks} ranks: best of ours / MPI busbw, median over sizes >= 1 MiB = {ratio_large:.2f}; "

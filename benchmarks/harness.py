@@ -79,6 +79,25 @@ def time_interleaved(world: Any, impls: dict[str, Callable[[], Any]], repeats: i
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+def time_interleaved_torch(group: Any, impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
+    """``time_interleaved`` for a torch.distributed job: ``group``'s barrier before each call, and the
+    slowest rank's time (an ``all_reduce`` with ``MAX``, outside the timed region) per repeat."""
+    import torch
+    import torch.distributed as dist
+
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    slowest = torch.zeros(1, dtype=torch.float64)
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            dist.barrier(group)
+            t0 = time.perf_counter()
+            fn()
+            slowest[0] = time.perf_counter() - t0
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)
+            times[name].append(float(slowest[0]))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def mpi_job(
     ranks: int,
     argv: list[str],
@@ -90,7 +109,8 @@ def mpi_job(
     """Run ``python -m mpi4py ARGV`` on ``ranks`` processes; call ``on_record`` per JSON line.
 
     ``command(ranks, *argv)`` builds the launch line (default: ``mpiexec_command``, one
-    machine; a ``VirtualCluster``'s ``mpiexec`` spreads the ranks over its hosts). Raises
+    machine; a ``VirtualCluster``'s ``mpiexec`` spreads the ranks over its hosts;
+    ``torchrun_command`` runs ``ARGV`` under ``torchrun`` instead). Raises
     ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole) and
     ``RuntimeError`` if it fails.
     """

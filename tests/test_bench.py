@@ -52,7 +52,7 @@ def test_benchmark_writes_json_with_machine_info(tmp_path):
         assert doc["machine"][key], key
     assert "MPICH" in doc["machine"]["mpi_library"]
     points = {(r["ranks"], r["bytes"], r["impl"]) for r in doc["results"]}
-    assert points == {(n, b, i) for n in (2, 3) for b in (8, 16, 32, 64) for i in ("ring", "ring_alloc", "mpi")}
+    assert points == {(n, b, i) for n in (2, 3) for b in (8, 16, 32, 64) for i in ("ring", "ring_alloc", "library", "mpi")}
     for r in doc["results"]:
         assert r["time_s"] > 0 and r["repeats"] >= 5
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)

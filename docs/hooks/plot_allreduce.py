@@ -5,10 +5,14 @@ It produces
 * ``assets/bench/allreduce-busbw.svg``: bus bandwidth against message size, one line per
   (implementation, rank count): our ring (solid) and the MPI library's own (dashed);
 * ``assets/bench/allreduce-ratio.svg``: ring busbw / MPI busbw against size, per rank count;
+* ``assets/bench/allreduce-torch.svg`` (when the file has a ``torch`` section): time of our ring
+  and of ``algorithm="library"`` on ``TorchCommunicator``, each over the time of
+  ``torch.distributed.all_reduce`` called directly, against size, per rank count;
 
 and replaces the marker ``<!-- bench:allreduce:summary -->`` in any page with a table: per
 rank count, the median ring/MPI ratio over sizes of at least 1 MiB and the best busbw of
-each, followed by the machine line.
+each, followed by the machine line (and, with a ``torch`` section, the same per rank count for
+torch.distributed: ring / all_reduce and library / all_reduce).
 """
 from __future__ import annotations
 
@@ -19,25 +23,28 @@ from typing import Any
 
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 from plotkit import (
-    bad, check_rows, color, figure, human_bytes, human_time, machine_line, series_of, size_axis, svg,
+    bad, check_rows, color, date_text, figure, human_bytes, human_time, machine_line, series_of, size_axis, svg,
 )
 
 NAME = "allreduce"
-IMPLS = {"ring": "ring (ours)", "ring_alloc": "ring, new output array per call", "mpi": "MPI library"}
+IMPLS = {"ring": "ring (ours)", "ring_alloc": "ring, new output array per call",
+         "library": "algorithm='library'", "mpi": "MPI library"}
 STYLES = {
     "ring": dict(linestyle="-", marker="o"),
     "ring_alloc": dict(linestyle=":", marker="^"),
+    "library": dict(linestyle="-.", marker="D"),
     "mpi": dict(linestyle="--", marker="s"),
 }
+TORCH_IMPLS = {"ring": "ring (ours)", "library": "algorithm='library'", "torch": "torch.distributed.all_reduce"}
 LARGE = 1 << 20  # the summary's "large message" threshold: 1 MiB
 
 
-def _rows(path: Path, data: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(path: Path, data: dict[str, Any], impls: dict[str, str] = IMPLS) -> list[dict[str, Any]]:
     keys = {"ranks": int, "bytes": int, "impl": str, "time_s": (int, float), "busbw_GBps": (int, float)}
     rows = check_rows(path, data, keys)
     for i, row in enumerate(rows):
-        if row["impl"] not in IMPLS:
-            raise bad(path, f"results[{i}].impl is {row['impl']!r}, expected one of {sorted(IMPLS)}")
+        if row["impl"] not in impls:
+            raise bad(path, f"results[{i}].impl is {row['impl']!r}, expected one of {sorted(impls)}")
         if row["bytes"] <= 0 or not math.isfinite(row["busbw_GBps"]) or row["busbw_GBps"] < 0:
             raise bad(path, f"results[{i}] has a non-positive size or an invalid busbw")
     return rows
@@ -140,6 +147,52 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         f"{k} {m[k]}" for k in ("platform", "python", "numpy", "mpi4py") if m.get(k)
     )
     lines += ["", f"*Machine:* {machine}" + (f" ({extras})." if extras else ".")]
+    figures = {"busbw": busbw_svg, "ratio": ratio_svg}
+    if "torch" in data:
+        torch_svg, torch_lines = _torch(path, data["torch"])
+        figures["torch"] = torch_svg
+        lines += ["", *torch_lines]
     summary = "\n".join(lines) + "\n"
 
-    return {"busbw": busbw_svg, "ratio": ratio_svg}, summary
+    return figures, summary
+
+
+def _torch(path: Path, part: dict[str, Any]) -> tuple[bytes, list[str]]:
+    """The ``torch`` section: a figure of time / all_reduce's time, and its rows for the summary."""
+    rows = _rows(path, part, TORCH_IMPLS)
+    times = series_of(rows, "time_s")
+    all_ranks = sorted({r for _, r in times})
+    sizes = sorted({row["bytes"] for row in rows})
+    m = part.get("machine")
+    if not isinstance(m, dict) or any(k not in m for k in ("cpu", "cores", "date")):
+        raise bad(path, "'torch.machine' must be an object with cpu, cores and date")
+    fig, ax = figure(f"Measured on {m['cpu']}, {m['cores']} cores, {part.get('library', 'torch')}, "
+                     f"measured {date_text(m['date'])}")
+    for ranks in all_ranks:
+        direct = times.get(("torch", ranks), {})
+        for impl in ("ring", "library"):
+            mine = times.get((impl, ranks), {})
+            xs = sorted(mine.keys() & direct.keys())
+            ax.plot(xs, [mine[x] / direct[x] for x in xs], color=color(ranks, all_ranks), markersize=3,
+                    linewidth=1.4, label=f"{TORCH_IMPLS[impl]} / all_reduce, {ranks} ranks", **STYLES[impl])
+    ax.axhline(1.0, color="0.5", linewidth=2.0, alpha=0.5, label="parity (1.0)")
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    size_axis(ax, sizes)
+    ax.set_ylabel("time / time of all_reduce")
+    ax.set_title("Allreduce on torch.distributed (gloo): ours relative to all_reduce (lower is better)")
+    ax.legend(loc="best", fontsize=8)
+    lines = ["| ranks (torch.distributed, gloo) | time ring / all_reduce, median over sizes ≥ 1 MiB "
+             "| time library / all_reduce, median over all sizes | same, sizes ≥ 1 MiB |",
+             "|---:|---:|---:|---:|"]
+    for ranks in all_ranks:
+        direct = times.get(("torch", ranks), {})
+        cells = []
+        for impl, least in (("ring", LARGE), ("library", 0), ("library", LARGE)):
+            mine = times.get((impl, ranks), {})
+            ratios = [mine[b] / direct[b] for b in mine.keys() & direct.keys() if b >= least]
+            cells.append(f"{statistics.median(ratios):.2f}" if ratios else "n/a")
+        lines.append(f"| {ranks} | {' | '.join(cells)} |")
+    return svg(fig), lines

@@ -186,6 +186,8 @@ def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "r
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser("allreduce", __doc__)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
+    parser.add_argument("--torch-ranks", default=None,
+                        help="comma-separated process counts of the torch section's torchrun jobs (default: --ranks)")
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs before each timed size")
@@ -203,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     from tqdm import tqdm
 
     rank_counts = [int(r) for r in args.ranks.split(",")]
+    torch_counts = [int(r) for r in (args.torch_ranks or args.ranks).split(",")]
     byte_sizes = sizes(args.min_bytes, args.max_bytes)
     if not byte_sizes or args.min_bytes < ITEM_BYTES or any(b % ITEM_BYTES for b in byte_sizes):
         parser.error(f"sizes must be multiples of {ITEM_BYTES} bytes (float32), from --min-bytes to --max-bytes")
@@ -210,14 +213,15 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict] = []
     torch_results: list[dict] = []
     library, torch_library = "unknown", "unknown"
-    points = len(rank_counts) * len(byte_sizes) * (len(MPI_IMPLS) * ("mpi" in run) + len(TORCH_IMPLS) * ("torch" in run))
+    points = len(byte_sizes) * (len(rank_counts) * len(MPI_IMPLS) * ("mpi" in run)
+                                + len(torch_counts) * len(TORCH_IMPLS) * ("torch" in run))
     with tqdm(total=points, desc="allreduce", unit="point") as progress:
-        for ranks in rank_counts:
+        for ranks in sorted(set(rank_counts) | set(torch_counts)):
             progress.set_postfix(ranks=ranks)
-            if "mpi" in run:
+            if "mpi" in run and ranks in rank_counts:
                 part, library = _launch(ranks, byte_sizes, args.warmup, args.timeout, progress)
                 results.extend(part)
-            if "torch" in run:
+            if "torch" in run and ranks in torch_counts:
                 part, torch_library = _launch(ranks, byte_sizes, args.warmup, args.timeout, progress, "torch")
                 torch_results.extend(part)
 

@@ -41,7 +41,7 @@ def test_summary_is_median_ratio_over_large_sizes():
 def test_benchmark_writes_json_with_machine_info(tmp_path):
     out = tmp_path / "allreduce.json"
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "allreduce", "--ranks", "2,3",
+        [sys.executable, "-m", "benchmarks", "allreduce", "--ranks", "2,3", "--torch-ranks", "2",
          "--min-bytes", "8", "--max-bytes", "64", "--warmup", "1", "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )
@@ -52,8 +52,14 @@ def test_benchmark_writes_json_with_machine_info(tmp_path):
         assert doc["machine"][key], key
     assert "MPICH" in doc["machine"]["mpi_library"]
     points = {(r["ranks"], r["bytes"], r["impl"]) for r in doc["results"]}
-    assert points == {(n, b, i) for n in (2, 3) for b in (8, 16, 32, 64) for i in ("ring", "ring_alloc", "library", "mpi")}
-    for r in doc["results"]:
+    assert points == {(n, b, i) for n in (2, 3) for b in (8, 16, 32, 64)
+                      for i in ("ring", "ring_alloc", "library", "mpi")}
+    # the torch.distributed peer, from a torchrun job in the same run
+    torch_points = {(r["ranks"], r["bytes"], r["impl"]) for r in doc["torch"]["results"]}
+    assert torch_points == {(2, b, i) for b in (8, 16, 32, 64) for i in ("ring", "library", "torch")}
+    assert "backend gloo" in doc["torch"]["library"] and doc["torch"]["machine"]["cores"] >= 1
+    assert all(r["time_s"] > 0 for r in doc["torch"]["results"])
+    for r in doc["results"] + doc["torch"]["results"]:
         assert r["time_s"] > 0 and r["repeats"] >= 5
         assert r["algbw_GBps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (r["ranks"] - 1) / r["ranks"])

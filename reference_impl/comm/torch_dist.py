@@ -15,9 +15,9 @@ What MPICommunicator guarantees, this one guarantees too:
 
 * **Every blocking call is bounded.** Each call posts nonblocking work and waits on it with
   ``Work.wait(timeout)``; after ``timeout`` seconds (default ``LAB_COMM_TIMEOUT``, else 60)
-  it raises ``CommError`` naming the peer. gloo closes the connection to that peer when a
-  wait times out, so after a timeout this communicator cannot talk to that peer again (the
-  job is over anyway, as it is after MPI's ``MPI_Abort``).
+  it raises ``CommError`` naming the peer. A timed-out wait makes gloo close every connection
+  of the group ("Application timeout caused pair closure"), so after a timeout this
+  communicator is finished: the job ends, as MPI jobs do.
 * **A message says what it holds.** gloo matches a receive by source and tag and checks only
   that the bytes fit: a shorter message fills part of the buffer without complaint, and a
   float32 message received into an int32 buffer arrives as garbage. So every message is two:
@@ -380,8 +380,8 @@ class TorchCommunicator(Communicator):
     def library_allreduce(self, x: Any, out: Any, op: str) -> None:
         """``torch.distributed.all_reduce`` on this group: ``out`` (1-D, contiguous) gets ``x`` reduced with ``op``.
 
-        gloo has no average (``ReduceOp.AVG`` is NCCL's), so ``mean`` is a sum here and
-        ``allreduce`` divides once afterwards, as for every other algorithm.
+        ``mean`` is a sum here (not ``ReduceOp.AVG``) and ``allreduce`` divides once afterwards, as
+        for every other algorithm, so all of them divide the same sum the same way.
         """
         dist = self._dist
         ops = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,

@@ -9,7 +9,9 @@ Per rank count it produces
 
 and a summary table: best of ours against the library at ≥ 1 MiB and at the smallest size,
 the algorithm ``auto`` behaved like, and each of ours against MPICH's own implementation of
-the same algorithm (forced with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, separate runs).
+the same algorithm (forced with ``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, separate runs); with a
+``torch`` section, a second table: each of ours and ``algorithm="library"`` on
+``TorchCommunicator`` against ``torch.distributed.all_reduce``.
 """
 from __future__ import annotations
 
@@ -113,4 +115,34 @@ def plot(path: Path, data: dict[str, Any]) -> tuple[dict[str, bytes], str]:
         "",
         f"*Machine:* {machine}. *Model:* {link_text}.",
     ]
+    if "torch" in data:
+        lines += ["", *_torch_lines(path, data["torch"])]
     return figures, "\n".join(lines) + "\n"
+
+
+def _torch_lines(path: Path, part: dict[str, Any]) -> list[str]:
+    """The ``torch`` section as a table: each of ours and the library path over ``all_reduce``, in time."""
+    impls = (*OURS, "auto", "library", "torch")
+    keys = {"ranks": int, "bytes": int, "impl": str, "time_s": (int, float)}
+    rows = check_rows(path, part, keys)
+    if any(r["impl"] not in impls for r in rows):
+        raise bad(path, f"torch.results: impl must be one of {impls}")
+    times: dict[tuple[str, int], dict[int, float]] = {}
+    for r in rows:
+        times.setdefault((r["impl"], r["ranks"]), {})[r["bytes"]] = r["time_s"]
+    small = min(r["bytes"] for r in rows)
+    shown = (*OURS, "auto", "library")
+    lines = [f"On torch.distributed ({part.get('library', 'torch')}): time of each over the time of "
+             f"`all_reduce` called directly, median over sizes ≥ 1 MiB (and at {human_bytes(small)}); "
+             "below 1, faster than `all_reduce`.", "",
+             "| processes | " + " | ".join(shown) + " |", "|---:|" + "---:|" * len(shown)]
+    for ranks in sorted({r["ranks"] for r in rows}):
+        direct = times.get(("torch", ranks), {})
+        cells = []
+        for impl in shown:
+            mine = times.get((impl, ranks), {})
+            large = [mine[b] / direct[b] for b in mine.keys() & direct.keys() if b >= LARGE]
+            at_small = f"{mine[small] / direct[small]:.2f}" if small in mine and small in direct else "n/a"
+            cells.append(f"{statistics.median(large):.2f} ({at_small})" if large else f"n/a ({at_small})")
+        lines.append(f"| {ranks} | " + " | ".join(cells) + " |")
+    return lines

@@ -149,6 +149,8 @@ class MPICommunicator(Communicator):
         mpi_op = {"sum": MPI.SUM, "mean": MPI.SUM, "prod": MPI.PROD, "max": MPI.MAX, "min": MPI.MIN}[op]
         if out.size == 0:
             return
+        if not x.flags.c_contiguous:  # a strided view (x[::2]): MPI's buffer must be one block
+            x = x.copy()
         self._wait(send=self.comm.Iallreduce(x, out, op=mpi_op), collective="MPI_Allreduce")
 
     def _wire_tag(self, tag: int, buf: Any) -> int:

@@ -2,7 +2,8 @@
 
 1. ``allreduce(..., algorithm="library")`` (the engine's own collective) equals NumPy's reduction
    of every rank's input (each rank rebuilds all inputs from their seeds) for every op and dtype,
-   on the world and on both halves of a ``split`` (each half reduces over its own members only).
+   on the world and on both halves of a ``split`` (each half reduces over its own members only),
+   and for a strided input.
 2. ``split`` orders ranks by key: the sub-communicator's ranks follow the keys given.
 3. ``recv_any`` returns the sender, and every sender's message arrives.
 4. Under torchrun only: torch tensors and non-contiguous arrays travel; a message of another dtype
@@ -48,6 +49,8 @@ def check_library(c, members, seed):
 
 
 n_world = check_library(comm, list(range(p)), seed=1)
+strided = allreduce(comm, np.arange(40.0)[::2] * (r + 1), algorithm="library", op="max")
+assert np.array_equal(strided, np.arange(40.0)[::2] * p), strided
 half = comm.split(r % 2, key=-r)  # two groups, each in reverse rank order
 members = sorted((m for m in range(p) if m % 2 == r % 2), reverse=True)
 assert half.size == len(members) and half.rank == members.index(r), (r, half.rank, members)

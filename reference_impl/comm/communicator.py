@@ -2,11 +2,13 @@
 
 A ``Communicator`` is MPI's view of a job: ``size`` ranks, each knowing its own ``rank``,
 exchanging arrays with blocking, buffer-based calls (the receiver supplies an array of
-the right shape and dtype, and the message is written into it). Two implementations:
+the right shape and dtype, and the message is written into it). Three implementations:
 
 * ``ThreadCommunicator``: ``size`` ranks as threads of one process (``run_threads``);
   fast to start, easy to debug, used by unit tests and the exercises.
 * ``MPICommunicator`` (in ``mpi.py``): real processes under ``mpiexec``.
+* ``TorchCommunicator`` (in ``torch_dist.py``): real processes under ``torchrun``, over a
+  ``torch.distributed`` process group (``engines.world_communicator`` picks one for a program).
 
 ``recv_any`` receives from whichever rank sent first (MPI's ``ANY_SOURCE``): what a
 server needs to answer requests in the order they arrive instead of in rank order.

@@ -87,6 +87,26 @@ def test_library_allreduce_needs_a_library():
     assert run_threads(1, lambda comm: engine_of(comm)) == ["threads"]
 
 
+def test_a_world_that_cannot_start_says_why(monkeypatch):
+    from reference_impl.comm.engines import world_communicator
+    from reference_impl.comm.torch_dist import TorchCommunicator
+
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(RuntimeError, match="RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT not set; start the program "
+                                          "with torchrun"):
+        TorchCommunicator.world()
+    with pytest.raises(ValueError, match="backend must be 'gloo' or 'nccl', got 'mpi'"):
+        TorchCommunicator.world(backend="mpi")
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="backend 'nccl' needs a CUDA GPU"):
+            TorchCommunicator.world(backend="nccl")
+    with pytest.raises(ValueError, match="unknown engine 'gloo'"):
+        world_communicator("gloo")
+
+
 def test_the_engine_is_read_from_the_launchers_environment():
     torchrun = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_ADDR": "localhost",
                 "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "x"}
@@ -112,12 +132,20 @@ def _train(prefix: list[str], *options: str) -> dict:
     return json.loads(line)
 
 
-def test_training_command_under_mpiexec_and_torchrun_matches_thread_ranks():
+def _in_process(capsys, *options: str) -> dict:
+    from reference_impl.train.__main__ import main
+
+    capsys.readouterr()
+    assert main([*TRAIN[2:], *options]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_training_command_under_mpiexec_and_torchrun_matches_thread_ranks(capsys):
     """BSP parameter servers and the mirrored (allreduce) strategy are deterministic: the launched
     runs must reach the thread ranks' AUC and send the same bytes."""
     ps = ("--strategy", "ps", "--servers", "1", "--workers", "2")
     mirrored = ("--strategy", "allreduce", "--workers", "2")
-    threads = {name: _train([sys.executable], *opts) for name, opts in (("ps", ps), ("allreduce", mirrored))}
+    threads = {name: _in_process(capsys, *opts) for name, opts in (("ps", ps), ("allreduce", mirrored))}
     launched = {
         ("ps", "mpi"): _train(mpiexec_command(3), *ps, "--engine", "mpi"),
         ("ps", "torch"): _train(torchrun_command(3), *ps, "--engine", "torch"),

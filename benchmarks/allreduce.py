@@ -103,7 +103,7 @@ def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("allreduce", __doc__)
+    parser = bench_parser("allreduce", __doc__, mpi=True)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")

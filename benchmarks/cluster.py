@@ -11,11 +11,16 @@ allreduce benchmark's worker, unchanged, in three settings for 2 and 4 ranks:
 
 Only the launch line and two environment variables differ between them; the ratio of our
 ring to the MPI library's ``Allreduce`` is measured within each job.
+
+With ``--launcher`` (e.g. ``"srun --mpi=pmi2"`` inside a Slurm allocation) or ``--hostfile``,
+a fourth setting, ``launched by CMD``, runs the same worker through that launcher, so its
+figures sit beside the local ``mpiexec`` ones of the same run.
 """
 from __future__ import annotations
 
 import sys
 
+from reference_impl.comm.launch import Launcher, wheel_mpiexec
 from reference_impl.comm.virtual_cluster import ClusterUnavailable, VirtualCluster
 from .allreduce import summarise
 from .harness import bench_parser, mpi_job, sizes, write_json
@@ -25,7 +30,7 @@ SETTINGS = (("shared memory", None, False), ("TCP", None, True), ("TCP, 1 Gbit/s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("cluster", __doc__)
+    parser = bench_parser("cluster", __doc__, mpi=True)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts, one host per rank (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=8, help="smallest message, in bytes (sizes double from here)")
     parser.add_argument("--max-bytes", type=int, default=16 << 20, help="largest message, in bytes")
@@ -38,11 +43,14 @@ def main(argv: list[str] | None = None) -> int:
     byte_sizes = sizes(args.min_bytes, args.max_bytes)
     worker = ["-m", "benchmarks.allreduce", "--worker", "--sizes", ",".join(map(str, byte_sizes)),
               "--warmup", "2"]
+    settings = list(SETTINGS)
+    if not args.launch.is_local_default:
+        settings.append((f"launched by {args.launch.describe()}", None, False))
     results: list[dict] = []
     meta = {"mpi_library": "unknown"}
     try:
-        with tqdm(total=len(SETTINGS) * len(rank_counts) * len(byte_sizes) * 3, desc="cluster", unit="point") as bar:
-            for name, rate, networked in SETTINGS:
+        with tqdm(total=len(settings) * len(rank_counts) * len(byte_sizes) * 3, desc="cluster", unit="point") as bar:
+            for name, rate, networked in settings:
                 for ranks in rank_counts:
                     bar.set_postfix(setting=name, ranks=ranks)
 
@@ -55,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
 
                     if networked:
                         with VirtualCluster(hosts=ranks, rate=rate) as cluster:
-                            mpi_job(ranks, worker, on_record, args.timeout, command=cluster.mpiexec)
+                            mpi_job(ranks, worker, on_record, args.timeout, launcher=cluster.launch)
                     else:
-                        mpi_job(ranks, worker, on_record, args.timeout)
+                        local = name == "shared memory"
+                        mpi_job(ranks, worker, on_record, args.timeout,
+                                launcher=Launcher((wheel_mpiexec(),)) if local else args.launch)
     except ClusterUnavailable as exc:
         print(f"cluster benchmark not run: {exc}", file=sys.stderr)
         return 2
@@ -66,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "cluster",
         "dtype": "float32",
         "machine": machine_info(mpi_library=meta["mpi_library"]),
-        "settings": {name: {"rate": rate, "networked": networked} for name, rate, networked in SETTINGS},
+        "settings": {name: {"rate": rate, "networked": networked} for name, rate, networked in settings},
         "results": results,
     })
     print(f"wrote {args.out}")
-    for name, _, _ in SETTINGS:
+    for name, _, _ in settings:
         rows = [r for r in results if r["setting"] == name]
         for ranks, ratio in summarise(rows).items():
             best = max(r["busbw_GBps"] for r in rows if r["ranks"] == ranks and r["impl"] == "mpi")

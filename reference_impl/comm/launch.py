@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -218,14 +219,17 @@ class Launcher:
         joined: dict[int, int] = {}
 
         def on_line(line: str) -> None:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                return  # a banner from a login shell, say
-            if "started" in record:
-                started[record["started"]] = record["host"]
-            elif "joined" in record:
-                joined[record["joined"]] = record["size"]
+            # The launcher forwards each rank's output in chunks, so two ranks' records may share a
+            # line; anything that is not a record (a login banner, say) is passed over.
+            for text in re.findall(r"\{[^{}]*\}", line):
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    continue
+                if "started" in record:
+                    started[record["started"]] = record["host"]
+                elif "joined" in record:
+                    joined[record["joined"]] = record["size"]
 
         outcome = run_job(cmd, on_line, timeout)
         where = self.describe()
@@ -237,18 +241,21 @@ class Launcher:
 
         missing = [r for r in range(ranks) if r not in started]
         if missing:
-            what = "did not start within" if outcome.timed_out else "did not start before the launcher exited after"
+            what = (f"did not start within {timeout:g} s" if outcome.timed_out
+                    else f"did not start before the launcher exited (status {outcome.returncode})")
             raise LaunchError(
-                f"launch probe through {where}: {', '.join(name(r) for r in missing)} {what} {timeout:g} s: "
+                f"launch probe through {where}: {', '.join(name(r) for r in missing)} {what}: "
                 f"the launcher could not reach {'those hosts' if self.hosts else 'its nodes'} (is the name right, "
                 f"the host up, the login (ssh) allowed, this Python at {sys.executable} there?)"
                 + outcome.stderr_tail()
             )
         late = [r for r in range(ranks) if r not in joined]
         if late:
+            when = (f"within {timeout:g} s" if outcome.timed_out
+                    else f"before the launcher exited (status {outcome.returncode})")
             raise LaunchError(
                 f"launch probe through {where}: every rank started, but MPI_Init did not complete on "
-                f"{', '.join(name(r) for r in late)} within {timeout:g} s: the hosts cannot reach each other or "
+                f"{', '.join(name(r) for r in late)} {when}: the hosts cannot reach each other or "
                 f"this one (a firewall, or the wrong network interface: mpiexec -iface)" + outcome.stderr_tail()
             )
         wrong = {r: s for r, s in joined.items() if s != ranks}

@@ -13,8 +13,8 @@ Only the launch line and two environment variables differ between them; the rati
 ring to the MPI library's ``Allreduce`` is measured within each job.
 
 With ``--launcher`` (e.g. ``"srun --mpi=pmi2"`` inside a Slurm allocation) or ``--hostfile``,
-a fourth setting, ``launched by CMD``, runs the same worker through that launcher, so its
-figures sit beside the local ``mpiexec`` ones of the same run.
+a fourth setting, ``launched by CMD``, runs the same worker through that launcher right after
+the local ``mpiexec`` job of each rank count, so the two are measured side by side.
 """
 from __future__ import annotations
 
@@ -44,14 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     worker = ["-m", "benchmarks.allreduce", "--worker", "--sizes", ",".join(map(str, byte_sizes)),
               "--warmup", "2"]
     settings = list(SETTINGS)
-    if not args.launch.is_local_default:
-        settings.append((f"launched by {args.launch.describe()}", None, False))
+    if not args.launch.is_local_default:  # right after the local mpiexec job, so both see the same machine
+        settings.insert(1, (f"launched by {args.launch.describe()}", None, False))
     results: list[dict] = []
     meta = {"mpi_library": "unknown"}
     try:
         with tqdm(total=len(settings) * len(rank_counts) * len(byte_sizes) * 3, desc="cluster", unit="point") as bar:
-            for name, rate, networked in settings:
-                for ranks in rank_counts:
+            for ranks in rank_counts:
+                for name, rate, networked in settings:
                     bar.set_postfix(setting=name, ranks=ranks)
 
                     def on_record(record: dict, name: str = name) -> None:

@@ -169,6 +169,7 @@ class Launcher:
         """The wheel's mpiexec with no host file: ranks on this machine, nothing to probe."""
         return self.source == "the mpich wheel" and self.hostfile is None
 
+    # --8<-- [start:line]
     def prefix(self, n_ranks: int, per_host: int | None = None) -> list[str]:
         """The launcher's part of the line: ``LAUNCHER [-f FILE] [-ppn K] -n N``."""
         if n_ranks < 1:
@@ -189,6 +190,7 @@ class Launcher:
     def command(self, n_ranks: int, *program: str) -> list[str]:
         """The whole line: ``LAUNCHER ... -n N PYTHON -m mpi4py PROGRAM...``."""
         return [*self.prefix(n_ranks), sys.executable, "-m", "mpi4py", *program]
+    # --8<-- [end:line]
 
     def describe(self) -> str:
         """The launcher as a reader would type it (for messages and result files)."""

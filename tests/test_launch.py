@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -216,11 +217,21 @@ def test_srun_runs_a_collective_benchmark_and_a_wrong_pmi_is_named(slurm, tmp_pa
 @pytest.mark.slow
 def test_the_sbatch_script_runs_the_benchmark_as_a_batch_job(slurm, tmp_path):
     env = {**os.environ, **slurm.environment, "MAX_BYTES": "256", "RESULTS": str(tmp_path)}
-    run = subprocess.run(["sbatch", "--wait", "--nodes=1", "--ntasks-per-node=4", f"--output={tmp_path}/%j.out",
-                          "benchmarks/allreduce.sbatch"], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-    job = run.stdout.split()[-1] if run.stdout.strip() else "?"
+    submit = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=4", f"--output={tmp_path}/%j.out",
+                             "benchmarks/allreduce.sbatch"], capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    assert submit.returncode == 0, submit.stderr
+    job = submit.stdout.strip().split(";")[0]
+    # Poll the job's state (sbatch --wait polls at growing intervals, up to seconds apart).
+    deadline = time.monotonic() + 120
+    state = "?"
+    while time.monotonic() < deadline:
+        shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True, timeout=30, env=env)
+        state = re.search(r"JobState=(\S+)", shown.stdout).group(1)
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            break
+        time.sleep(0.2)
     log = tmp_path / f"{job}.out"
-    assert run.returncode == 0, run.stderr + (log.read_text() if log.exists() else "")
+    assert state == "COMPLETED", f"job {job} ended {state}:\n" + (log.read_text() if log.exists() else "")
     rows = json.loads((tmp_path / f"allreduce-{job}.json").read_text())["results"]
     assert {r["ranks"] for r in rows} == {4} and {r["bytes"] for r in rows} == {8, 16, 32, 64, 128, 256}
 

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -290,3 +291,33 @@ def test_the_container_builds_and_runs_a_two_rank_allreduce(tmp_path):
         assert "allreduce" in run.stdout and "ring/MPI" in run.stdout and "wrote bench-results/allreduce.json" in run.stdout
     finally:
         subprocess.run([docker, "image", "rm", "-f", tag], capture_output=True, timeout=120)
+
+
+# ----------------------------------------------------------------------------- the page's figures
+
+
+def quoted_figures() -> list[tuple[str, str]]:
+    """(sentence) pairs the cluster page must contain, formatted from the committed cluster.json: the ranks srun
+    started against those mpiexec started on the same machine, and the 1 Gbit/s links' ceiling."""
+    data = json.loads((ROOT / "docs" / "assets" / "bench" / "cluster.json").read_text())
+    srun = next(name for name in data["settings"] if name.startswith("launched by srun"))
+    busbw = {(r["setting"], r["ranks"], r["bytes"]): r["busbw_GBps"] for r in data["results"] if r["impl"] == "mpi"}
+    largest = max(b for _, _, b in busbw)
+
+    def launcher_ratio(ranks: int) -> float:
+        return statistics.median(busbw[(srun, ranks, b)] / busbw[("shared memory", ranks, b)]
+                                 for s, n, b in busbw if s == srun and n == ranks and b >= 1 << 20)
+
+    capped = {n: busbw[("TCP, 1 Gbit/s", n, largest)] for n in (2, 4)}
+    return [
+        f"`{srun.removeprefix('launched by ')}` started reached {launcher_ratio(2):.2f}× (2 ranks) and "
+        f"{launcher_ratio(4):.2f}× (4 ranks) the bus bandwidth of the ranks `mpiexec` started",
+        f"{capped[2]:.3f} GB/s on 2 hosts and {capped[4]:.3f} GB/s on 4",
+    ]
+
+
+def test_the_cluster_page_quotes_the_committed_figures():
+    from page_tools import assert_pages_quote
+
+    page = ROOT / "docs" / "concepts" / "running-on-a-cluster.md"
+    assert_pages_quote((page, sentence) for sentence in quoted_figures())

@@ -169,7 +169,12 @@ def main() -> int:
     if len(sys.argv) < 2:
         print("usage: python -m reference_impl.comm.slurm_node COMMAND [ARGS...]   (as root)", file=sys.stderr)
         return 2
-    with SlurmNode() as node:
+    try:
+        node = SlurmNode()
+    except SlurmUnavailable as exc:
+        print(f"no Slurm here: {exc}", file=sys.stderr)
+        return 2
+    with node:
         return subprocess.run(sys.argv[1:], env={**os.environ, **node.environment}).returncode
 
 

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,8 @@ def _login(tmp_path: Path, hang_on: str | None = None) -> Path:
     """A stand-in for ssh as mpiexec calls it (``LOGIN [-x] HOST COMMAND``): logs the host, runs the command here;
     for ``hang_on`` it never answers, as ssh to a host that drops packets."""
     log = tmp_path / "logins"
-    hang = f'  {hang_on}) exec sleep 600 ;;\n' if hang_on else ""
+    hung = shlex.quote(str(tmp_path / "hung.pid"))  # the test ends the hung login, which mpiexec leaves behind
+    hang = f'  {hang_on}) echo $$ >> {hung}; exec sleep 600 ;;\n' if hang_on else ""
     return _executable(tmp_path / "login", (
         "#!/bin/sh\n"
         'while [ "${1#-}" != "$1" ]; do shift; done\n'
@@ -147,8 +149,15 @@ def test_a_benchmark_runs_through_a_host_file_and_an_unreachable_host_is_named(t
     assert logins.count("127.0.0.2") == logins.count("127.0.0.3") == 2  # the probe, then the job
 
     hosts.write_text("127.0.0.2\n127.0.0.3\n127.0.0.4\n")
-    with pytest.raises(LaunchError) as err:
-        Launcher.resolve(launcher, hosts).check(probe_timeout=2)
+    try:
+        with pytest.raises(LaunchError) as err:
+            Launcher.resolve(launcher, hosts).check(probe_timeout=2)
+    finally:
+        for pid in (tmp_path / "hung.pid").read_text().split() if (tmp_path / "hung.pid").exists() else ():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert f"127.0.0.4 ({hosts}:3) did not start within 2 s" in str(err.value)
     assert "127.0.0.2" not in str(err.value)
     hosts.write_text("127.0.0.2\nno-such-host.invalid\n")

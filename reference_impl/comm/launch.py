@@ -50,6 +50,7 @@ from typing import Callable, Mapping
 ENV = "MPIEXEC"
 PROBE_TIMEOUT_S = 60.0  # a probe starts one Python per host; an ssh login to each can take seconds
 RESOLVE_TIMEOUT_S = 10.0  # a name lookup (DNS) that takes longer counts as failed
+TERM_GRACE_S = 3.0  # a job past its deadline gets SIGTERM, then SIGKILL this much later
 SRUN_MPI = "--mpi=pmi2"  # the PMI plugin of srun that the mpich wheel's MPICH speaks (PMI-1 wire protocol)
 
 
@@ -318,11 +319,20 @@ def run_job(cmd: list[str], on_line: Callable[[str], None], timeout: float,
     fired = threading.Event()
 
     def kill() -> None:
+        # SIGTERM first: mpiexec (Hydra) then ends what it started on other hosts, such as a login
+        # (ssh) that hangs in a session of its own; SIGKILL whatever is left of the job's group.
         fired.set()
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        for sig, grace in ((signal.SIGTERM, TERM_GRACE_S), (signal.SIGKILL, 0.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=grace) if grace else None
+                if proc.poll() is not None:
+                    return
+            except subprocess.TimeoutExpired:
+                pass
 
     errors: list[str] = []
 

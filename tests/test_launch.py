@@ -330,3 +330,12 @@ def test_the_cluster_page_quotes_the_committed_figures():
 
     page = ROOT / "docs" / "concepts" / "running-on-a-cluster.md"
     assert_pages_quote((page, sentence) for sentence in quoted_figures())
+
+
+def test_the_cluster_benchmark_keeps_the_median_round_of_each_point_whole():
+    from benchmarks.cluster import median_rounds
+
+    rows = [{"setting": "TCP", "ranks": 2, "bytes": 8, "impl": impl, "time_s": t, "round": k}
+            for k, (mpi, ring) in enumerate([(3.0, 1.0), (1.0, 9.0), (2.0, 5.0)]) for impl, t in (("mpi", mpi), ("ring", ring))]
+    kept = median_rounds(rows)
+    assert {(r["impl"], r["time_s"], r["round"]) for r in kept} == {("mpi", 2.0, 2), ("ring", 5.0, 2)}

@@ -23,6 +23,7 @@ not the comparison.
 """
 from __future__ import annotations
 
+import os
 import sys
 
 from reference_impl.comm.launch import Launcher, wheel_mpiexec
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.insert(1, (f"launched by {args.launch.describe()}", None, False))
     results: list[dict] = []
     meta = {"mpi_library": "unknown"}
+    load_before = os.getloadavg()[0]  # how busy the machine was: other work shares the cores
     try:
         total = args.rounds * len(settings) * len(rank_counts) * len(byte_sizes) * 3
         with tqdm(total=total, desc="cluster", unit="point") as bar:
@@ -101,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     write_json(args.out, {
         "benchmark": "cluster",
         "rounds": args.rounds,
+        "load_average_1min": {"start": load_before, "end": os.getloadavg()[0]},
         "dtype": "float32",
         "machine": machine_info(mpi_library=meta["mpi_library"]),
         "settings": {name: {"rate": rate, "networked": networked} for name, rate, networked in settings},

@@ -38,14 +38,18 @@ SETTINGS = (("shared memory", None, False), ("TCP", None, True), ("TCP, 1 Gbit/s
 def median_rounds(rows: list[dict]) -> list[dict]:
     """Per point (setting, ranks, bytes), the rows of the round whose MPI ``Allreduce`` took the
     median time: every implementation of a point comes from the same job, so ring / MPI stays a
-    ratio measured side by side."""
+    ratio measured side by side. Each kept row also gets ``round_spread``, the slowest round's
+    MPI time over the fastest's at that point."""
     rounds: dict[tuple, dict[int, list[dict]]] = {}
     for row in rows:
         rounds.setdefault((row["setting"], row["ranks"], row["bytes"]), {}).setdefault(row["round"], []).append(row)
     kept = []
     for by_round in rounds.values():
-        order = sorted(by_round, key=lambda k: next(r["time_s"] for r in by_round[k] if r["impl"] == "mpi"))
-        kept += by_round[order[len(order) // 2]]
+        mpi_time = {k: next(r["time_s"] for r in rows if r["impl"] == "mpi") for k, rows in by_round.items()}
+        order = sorted(by_round, key=mpi_time.get)
+        # how far apart the rounds were: the noise any comparison between settings must exceed
+        spread = mpi_time[order[-1]] / mpi_time[order[0]]
+        kept += [{**r, "round_spread": spread} for r in by_round[order[len(order) // 2]]]
     return kept
 
 

@@ -305,9 +305,12 @@ def test_the_container_builds_and_runs_a_two_rank_allreduce(tmp_path):
 # ----------------------------------------------------------------------------- the page's figures
 
 
-def quoted_figures() -> list[tuple[str, str]]:
-    """(sentence) pairs the cluster page must contain, formatted from the committed cluster.json: the ranks srun
-    started against those mpiexec started on the same machine, and the 1 Gbit/s links' ceiling."""
+def quoted_figures() -> list[str]:
+    """Sentences the cluster page must contain, formatted from the committed cluster.json: the ranks srun
+    started against those mpiexec started on the same machine, the 1 Gbit/s links' ceiling, ours against the
+    library per setting, and how busy the machine was."""
+    from benchmarks.allreduce import summarise
+
     data = json.loads((ROOT / "docs" / "assets" / "bench" / "cluster.json").read_text())
     srun = next(name for name in data["settings"] if name.startswith("launched by srun"))
     busbw = {(r["setting"], r["ranks"], r["bytes"]): r["busbw_GBps"] for r in data["results"] if r["impl"] == "mpi"}
@@ -317,11 +320,20 @@ def quoted_figures() -> list[tuple[str, str]]:
         return statistics.median(busbw[(srun, ranks, b)] / busbw[("shared memory", ranks, b)]
                                  for s, n, b in busbw if s == srun and n == ranks and b >= 1 << 20)
 
+    ours = {s: summarise([r for r in data["results"] if r["setting"] == s]) for s in data["settings"]}
     capped = {n: busbw[("TCP, 1 Gbit/s", n, largest)] for n in (2, 4)}
+    load = data["load_average_1min"]
+    spread = statistics.median(r["round_spread"] for r in data["results"]
+                               if r["impl"] == "mpi" and r["setting"] in ("shared memory", srun) and r["bytes"] >= 1 << 20)
     return [
-        f"`{srun.removeprefix('launched by ')}` started reached {launcher_ratio(2):.2f}× (2 ranks) and "
-        f"{launcher_ratio(4):.2f}× (4 ranks) the bus bandwidth of the ranks `mpiexec` started",
+        f"the ranks that `{srun.removeprefix('launched by ')}` started reached {launcher_ratio(2):.2f}× (2 ranks) "
+        f"and {launcher_ratio(4):.2f}× (4 ranks) the bus bandwidth of the ranks `mpiexec` started",
         f"{capped[2]:.3f} GB/s on 2 hosts and {capped[4]:.3f} GB/s on 4",
+        f"from {ours['shared memory'][2]:.2f} over shared memory to {ours['TCP'][2]:.2f} over TCP and "
+        f"{ours['TCP, 1 Gbit/s'][2]:.2f} at 1 Gbit/s",
+        f"({ours['shared memory'][4]:.2f}, {ours['TCP'][4]:.2f} and {ours['TCP, 1 Gbit/s'][4]:.2f})",
+        f"a load average of {load['start']:.1f} when the run began and {load['end']:.1f} when it ended",
+        f"the slowest of the three rounds took a median {spread:.2f}× the time of the fastest",
     ]
 
 
@@ -338,4 +350,5 @@ def test_the_cluster_benchmark_keeps_the_median_round_of_each_point_whole():
     rows = [{"setting": "TCP", "ranks": 2, "bytes": 8, "impl": impl, "time_s": t, "round": k}
             for k, (mpi, ring) in enumerate([(3.0, 1.0), (1.0, 9.0), (2.0, 5.0)]) for impl, t in (("mpi", mpi), ("ring", ring))]
     kept = median_rounds(rows)
-    assert {(r["impl"], r["time_s"], r["round"]) for r in kept} == {("mpi", 2.0, 2), ("ring", 5.0, 2)}
+    assert {(r["impl"], r["time_s"], r["round"], r["round_spread"]) for r in kept} == {
+        ("mpi", 2.0, 2, 3.0), ("ring", 5.0, 2, 3.0)}

@@ -218,6 +218,11 @@ def test_srun_runs_a_collective_benchmark_and_a_wrong_pmi_is_named(slurm, tmp_pa
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["results"]
     assert {r["ranks"] for r in rows} == {4} and {"ring", "mpi"} <= {r["impl"] for r in rows}
+    # The ranks srun started know they share the node (so MPICH uses shared memory between them), as under mpiexec.
+    local = "from mpi4py import MPI; w = MPI.COMM_WORLD; print(w.Split_type(MPI.COMM_TYPE_SHARED).size, w.size)"
+    shared = subprocess.run(["srun", "--mpi=pmi2", "-n", "2", PYTHON, "-c", local], capture_output=True, text=True,
+                            timeout=60, env=env)
+    assert shared.stdout.split() == ["2", "2", "2", "2"], shared.stderr
     # Without a PMI the library speaks, every rank starts alone: the probe says so instead of a wrong result.
     monkeypatch.setenv("SLURM_CONF", slurm.environment["SLURM_CONF"])
     with pytest.raises(LaunchError, match=re.escape("each saw a world of [1] rank(s)")):

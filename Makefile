@@ -75,8 +75,8 @@ lock:                    ## re-resolve every dependency to its newest allowed re
 bench: $(STAMP)          ## measure on this machine; writes docs/assets/bench/*.json, which the site plots
 	$(PY) -m benchmarks --all --publish
 
-bench-cluster: $(STAMP)  ## needs root: the same allreduce on a virtual cluster of network namespaces
-	$(PY) -m benchmarks cluster --publish
+bench-cluster: $(STAMP)  ## needs root and slurm-wlm: the same allreduce under mpiexec, under srun, on a virtual cluster
+	$(PY) -m reference_impl.comm.slurm_node $(PY) -m benchmarks cluster --launcher "srun --mpi=pmi2" --publish
 
 release: $(STAMP)        ## instructors: learner notebooks into exercises/release/ (keeps any edited one); learners use `grader start`
 	$(PY) -m grader release

@@ -184,7 +184,7 @@ def summarise(results: list[dict], min_bytes: int = 1 << 20, impl_name: str = "r
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("allreduce", __doc__)
+    parser = bench_parser("allreduce", __doc__, mpi=True)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--torch-ranks", default=None,
                         help="comma-separated process counts of the torch section's torchrun jobs (default: --ranks)")

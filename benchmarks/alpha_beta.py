@@ -121,7 +121,7 @@ def predict(rows: list[dict], params: dict[str, float]) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("alpha_beta", __doc__)
+    parser = bench_parser("alpha_beta", __doc__, mpi=True)
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest ping-pong size")
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest ping-pong and reduction size")
     parser.add_argument("--ranks", default="2,4", help="rank counts for the allreduce check (default 2,4)")

@@ -81,7 +81,7 @@ def run_rank(byte_sizes: list[int], impl_names: list[str], warmup: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("collectives", __doc__)
+    parser = bench_parser("collectives", __doc__, mpi=True)
     parser.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest message, in bytes (sizes double from here)")
     parser.add_argument("--max-bytes", type=int, default=MAX_BYTES, help="largest message, in bytes")

@@ -6,8 +6,10 @@ worker (runs on every rank, prints one JSON line per result from rank 0). The pi
 * ``time_interleaved``: implementations timed repeat by repeat in turn, so both see the
   same machine state; a repeat is a barrier then the call, and its time is the slowest
   rank's (a collective is done when the last rank is done);
-* ``mpi_job``: one ``mpiexec`` run, its lines streamed to a callback (progress bars),
-  killed whole by a watchdog at the deadline, so a hung job never hangs the driver;
+* ``mpi_job``: one MPI job, started by the run's launcher (``--launcher``, ``--hostfile``,
+  ``$MPIEXEC`` or the local ``mpiexec``: ``reference_impl.comm.launch``), its lines streamed
+  to a callback (progress bars), killed whole by a watchdog at the deadline, so a hung job
+  never hangs the driver;
 * ``write_json``: the result file, written atomically (temporary file + rename);
 * ``bench_parser``: the command line every benchmark starts from: ``--out`` and ``--publish``
   (a run writes ``bench-results/NAME.json`` in the current directory unless told otherwise;
@@ -20,15 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from reference_impl.comm.launch import SRUN_MPI, LaunchError, Launcher, run_job
 
 
 def sizes(min_bytes: int, max_bytes: int) -> list[int]:
@@ -98,46 +99,55 @@ def time_interleaved_torch(group: Any, impls: dict[str, Callable[[], Any]], repe
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
+# The launcher of this process's MPI jobs: what the benchmark's --launcher / --hostfile (or
+# $MPIEXEC) said when its parser ran, else resolved on first use. One benchmark run, one launcher.
+_launcher: Launcher | None = None
+
+
+def use_launcher(launcher: Launcher | None) -> None:
+    """Make ``launcher`` the one every later ``mpi_job`` of this process starts through (None: resolve anew)."""
+    global _launcher
+    _launcher = launcher
+
+
+def current_launcher() -> Launcher:
+    """The launcher ``mpi_job`` uses: the parsed options', else ``$MPIEXEC``, else the mpich wheel's mpiexec."""
+    global _launcher
+    if _launcher is None:
+        _launcher = Launcher.resolve()
+    return _launcher
+
+
 def mpi_job(
     ranks: int,
     argv: list[str],
     on_record: Callable[[dict[str, Any]], None],
     timeout: float,
     env: dict[str, str] | None = None,
+    launcher: Launcher | None = None,
     command: Callable[..., list[str]] | None = None,
 ) -> None:
     """Run ``python -m mpi4py ARGV`` on ``ranks`` processes; call ``on_record`` per JSON line.
 
-    ``command(ranks, *argv)`` builds the launch line (default: ``mpiexec_command``, one
-    machine; a ``VirtualCluster``'s ``mpiexec`` spreads the ranks over its hosts;
-    ``torchrun_command`` runs ``ARGV`` under ``torchrun`` instead). Raises
-    ``TimeoutError`` if the job runs past ``timeout`` seconds (it is killed whole) and
-    ``RuntimeError`` if it fails.
+    ``launcher`` starts the ranks (default ``current_launcher()``: the benchmark's
+    ``--launcher``/``--hostfile``, else one machine; a ``VirtualCluster``'s ``launch`` spreads
+    them over its hosts). Before the first job a launcher other than the local default is
+    checked (``Launcher.check``: names resolve, every host answers a probe). ``command(ranks,
+    *argv)``, if given, builds the launch line instead (``torchrun_command`` runs ``ARGV`` under
+    ``torchrun``). Raises ``TimeoutError`` if the job runs past ``timeout`` seconds (it is
+    killed whole), ``RuntimeError`` if it fails, and ``LaunchError`` if it cannot be launched.
     """
-    from reference_impl.comm.mpi import mpiexec_command
-
-    cmd = (command or mpiexec_command)(ranks, *argv)
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, text=True, start_new_session=True,
-        env=None if env is None else {**os.environ, **env},
-    )
-    # A watchdog kills the whole job at the deadline, even if it hangs printing nothing.
-    watchdog = threading.Timer(timeout, os.killpg, args=(proc.pid, signal.SIGKILL))
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            on_record(json.loads(line))
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    if proc.returncode == -signal.SIGKILL:
+    if command is not None:
+        cmd = command(ranks, *argv)
+    else:
+        launcher = launcher or current_launcher()
+        launcher.check(n_ranks=ranks)
+        cmd = launcher.command(ranks, *argv)
+    outcome = run_job(cmd, lambda line: on_record(json.loads(line)), timeout, env=env, stderr_to_terminal=True)
+    if outcome.timed_out:
         raise TimeoutError(f"benchmark job on {ranks} ranks ran past {timeout:g} s and was killed: {' '.join(cmd)}")
-    if proc.returncode != 0:
-        raise RuntimeError(f"benchmark job failed (exit {proc.returncode}): {' '.join(cmd)}")
+    if outcome.returncode != 0:
+        raise RuntimeError(f"benchmark job failed (exit {outcome.returncode}): {' '.join(cmd)}")
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
@@ -197,12 +207,19 @@ class BenchParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose parsed ``out`` is always set: ``--out PATH`` if given, else
     the site's file under ``--publish``, else ``bench-results/NAME.json``."""
 
-    def __init__(self, name: str, **kwargs: Any) -> None:
+    def __init__(self, name: str, mpi: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.bench_name = name
+        self.mpi = mpi
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
         ns, extras = super().parse_known_args(args, namespace)
+        if self.mpi:
+            try:
+                ns.launch = Launcher.resolve(ns.launcher, ns.hostfile)
+            except LaunchError as exc:
+                self.error(str(exc))
+            use_launcher(ns.launch)
         if ns.out is None:
             if ns.publish:
                 if not (CHECKOUT / "docs").is_dir():
@@ -214,15 +231,20 @@ class BenchParser(argparse.ArgumentParser):
         return ns, extras
 
 
-def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
+def bench_parser(name: str, doc: str, mpi: bool = False) -> argparse.ArgumentParser:
     """``python -m benchmarks NAME``'s parser: its docstring's first line as the
     description, ``--out PATH`` and ``--publish`` (mutually exclusive). The parsed ``out`` is
     ``--out`` if given, ``docs/assets/bench/NAME.json`` of this checkout (where the site reads
     it) under ``--publish``, and otherwise ``bench-results/NAME.json`` in the current directory,
-    so a quick run never replaces the site's data."""
+    so a quick run never replaces the site's data.
+
+    An MPI benchmark (``mpi=True``) also takes ``--launcher CMD`` and ``--hostfile FILE``
+    (``reference_impl.comm.launch``; ``$MPIEXEC`` when no ``--launcher``): the parsed
+    ``launch`` is checked at once (a launcher that is not installed, a bad host file: a usage
+    error) and becomes the launcher of every ``mpi_job`` of the run."""
     results, site = results_json(name), site_json(name)
     parser = BenchParser(
-        name, prog=f"python -m benchmarks {name}", description=doc.splitlines()[0],
+        name, mpi=mpi, prog=f"python -m benchmarks {name}", description=doc.splitlines()[0],
         formatter_class=_PathFriendlyFormatter,
         epilog=f"Results go to {results} (relative to the current directory) unless --out or --publish "
                f"says otherwise; only --publish (as `make bench` runs it) replaces the site's data, {site}.",
@@ -234,6 +256,14 @@ def bench_parser(name: str, doc: str) -> argparse.ArgumentParser:
     where.add_argument("--publish", action="store_true",
                        help=f"write the site's data, {site}, which the site plots (default: off; "
                             f"cannot be combined with --out)")
+    if mpi:
+        launch = parser.add_argument_group("where the MPI ranks run")
+        launch.add_argument("--launcher", metavar="CMD",
+                            help="start the ranks with CMD, which must take -n N like mpiexec: e.g. 'srun' (Slurm; "
+                                 f"{SRUN_MPI} is added unless CMD names --mpi) or 'mpiexec -f hosts' (default: "
+                                 "$MPIEXEC if set, else the mpich wheel's mpiexec, every rank on this machine)")
+        launch.add_argument("--hostfile", metavar="FILE", type=Path,
+                            help="MPICH Hydra host file for mpiexec (-f): one host a line, name or name:slots")
     return parser
 
 

@@ -617,7 +617,7 @@ def _int_list(text: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("model_parallel", __doc__)
+    parser = bench_parser("model_parallel", __doc__, mpi=True)
     add_sections_argument(parser, SECTIONS)
     parser.add_argument("--ranks", default=",".join(map(str, RANKS)), help="comma-separated rank counts (default 2,4)")
     parser.add_argument("--min-bytes", type=int, default=MIN_BYTES, help="smallest send buffer per rank (default 8)")

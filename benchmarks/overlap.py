@@ -257,7 +257,7 @@ def simulated_curves() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = bench_parser("overlap", __doc__)
+    parser = bench_parser("overlap", __doc__, mpi=True)
     parser.add_argument("--fusion-ranks", default="2,4", help="rank counts for part (a) (default 2,4)")
     parser.add_argument("--overlap-ranks", default="2", help="rank counts for the ratio sweep (b, c) (default 2)")
     parser.add_argument("--validate-ranks", default="3,4", help="more rank counts at ratio 1 for (c) (default 3,4)")

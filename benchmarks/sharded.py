@@ -388,7 +388,7 @@ def precision_section(steps: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = bench_parser("sharded", __doc__)
+    parser = bench_parser("sharded", __doc__, mpi=True)
     parser.add_argument("--quick", action="store_true", help="few repeats (a smoke run, not for the site)")
     add_sections_argument(parser, SECTIONS)
     parser.add_argument("--repeats", type=int, default=None, help="timed steps per configuration (default 20; "

@@ -250,20 +250,13 @@ class MPICommunicator(Communicator):
 
 
 def mpiexec_command(n_ranks: int, *program: str) -> list[str]:
-    """The command that runs ``python -m mpi4py PROGRAM...`` on ``n_ranks`` MPI processes.
+    """The command that runs ``python -m mpi4py PROGRAM...`` on ``n_ranks`` MPI processes here.
 
     ``mpiexec`` comes from the ``mpich`` wheel installed next to this Python, so the
     interpreter and the MPI library always match; ``-m mpi4py`` makes an uncaught exception
-    on one rank abort the whole job instead of hanging the others.
+    on one rank abort the whole job instead of hanging the others. The line is built by
+    ``launch.Launcher`` (which also starts jobs through Slurm or a host file).
     """
-    import shutil
-    import sys
-    from pathlib import Path
+    from .launch import Launcher, wheel_mpiexec
 
-    beside = Path(sys.executable).parent / "mpiexec"
-    mpiexec = str(beside) if beside.exists() else shutil.which("mpiexec")
-    if mpiexec is None:
-        raise FileNotFoundError(
-            "mpiexec not found: install the project (make test does) so the 'mpich' wheel provides it"
-        )
-    return [mpiexec, "-n", str(n_ranks), sys.executable, "-m", "mpi4py", *program]
+    return Launcher((wheel_mpiexec(),)).command(n_ranks, *program)

@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .mpi import mpiexec_command
+from .launch import Host, Launcher, wheel_mpiexec
 
 
 class ClusterUnavailable(RuntimeError):
@@ -40,8 +40,9 @@ def _ip(*args: str) -> None:
 class VirtualCluster:
     """``hosts`` namespaces on a bridge; ``rate`` (e.g. "1gbit") caps each host's incoming link.
 
-    Use as a context manager; ``mpiexec(n, program...)`` returns the launch command for
-    ``n`` ranks spread round-robin over the hosts (``slots`` ranks per host line).
+    Use as a context manager; ``launch`` is its ``Launcher`` (what ``mpi_job`` and a
+    benchmark's ``--launcher``/``--hostfile`` use) and ``mpiexec(n, program...)`` the launch
+    command for ``n`` ranks spread round-robin over the hosts (``slots`` ranks per host line).
     """
 
     def __init__(self, hosts: int = 2, rate: str | None = None, slots: int = 1):
@@ -64,6 +65,13 @@ class VirtualCluster:
         self._dir = Path(tempfile.mkdtemp(prefix="lab-cluster-"))
         self.hostfile = self._dir / "hosts"
         self.launcher = self._dir / "netns-login"
+        # The launch: the single-machine mpiexec plus a host file, a login command (the ssh
+        # launcher's stand-in), the interface to use and the environment of a remote peer.
+        env = [arg for k, v in self.environment.items() for arg in ("-genv", k, v)]
+        self.launch = Launcher(
+            (wheel_mpiexec(), "-launcher", "ssh", "-launcher-exec", str(self.launcher), "-iface", self.bridge, *env),
+            hostfile=self.hostfile, source="a virtual cluster",
+            hosts=tuple(Host(a, slots, f"{self.hostfile}:{i + 1}") for i, a in enumerate(self.addresses)))
 
     def __enter__(self) -> "VirtualCluster":
         try:
@@ -125,11 +133,8 @@ class VirtualCluster:
         return {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp"}
 
     def mpiexec(self, n_ranks: int, *program: str) -> list[str]:
-        """The launch command: the single-machine one plus a host file, a launcher and an interface."""
-        base = mpiexec_command(n_ranks, *program)
-        env = [arg for k, v in self.environment.items() for arg in ("-genv", k, v)]
-        return [base[0], "-f", str(self.hostfile), "-launcher", "ssh", "-launcher-exec", str(self.launcher),
-                "-iface", self.bridge, *env, *base[1:]]
+        """The launch command for ``n_ranks`` ranks over the hosts (see ``launch``)."""
+        return self.launch.command(n_ranks, *program)
 
 
 def main() -> int:

@@ -34,6 +34,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import numpy
+
 DEVICES = ("cpu", "gpu", "torch", "strict")
 
 
@@ -49,8 +51,6 @@ def get_namespace(device: str = "cpu") -> ModuleType:
     is missing, so code that runs on it runs on any conforming library.
     """
     if device == "cpu":
-        import numpy
-
         return numpy
     if device == "gpu":
         return _gpu()
@@ -83,7 +83,7 @@ def _gpu() -> ModuleType:
     else:
         try:
             count = cupy.cuda.runtime.getDeviceCount()
-        except Exception as exc:  # CUDA driver missing or broken: CuPy raises its own types
+        except Exception as exc:  # noqa: BLE001 - a missing or broken CUDA driver: CuPy raises its own types
             reasons.append(f"CuPy cannot use CUDA ({exc})")
         else:
             if count > 0:
@@ -109,8 +109,9 @@ def namespace_of(*xs: Any) -> ModuleType:
     arrays, ``array_api_compat.torch`` for PyTorch tensors, the array's own
     ``__array_namespace__()`` otherwise."""
     import array_api_compat
-    import numpy
 
+    if all(type(x) is numpy.ndarray for x in xs) and xs:  # the common case, answered at once
+        return numpy
     try:
         xp = array_api_compat.array_namespace(*xs)
     except TypeError:
@@ -121,15 +122,11 @@ def namespace_of(*xs: Any) -> ModuleType:
 
 def is_numpy(xp: ModuleType) -> bool:
     """Is ``xp`` NumPy (the default namespace, where NumPy-only modules may run)?"""
-    import numpy
-
     return xp is numpy
 
 
 def require_numpy(module: str, *xs: Any) -> None:
     """Refuse arrays of any namespace but NumPy in a module that is NumPy-only, naming it."""
-    import numpy
-
     for x in xs:
         if hasattr(x, "__array_namespace__") or type(x).__module__.partition(".")[0] in ("torch", "cupy"):
             if not isinstance(x, (numpy.ndarray, numpy.generic)):
@@ -156,8 +153,6 @@ def dtype_name(x: Any) -> str:
 
 def to_numpy(x: Any) -> "Any":
     """Copy any supported array to a NumPy array (for printing, comparison and MPI buffers)."""
-    import numpy
-
     if isinstance(x, numpy.ndarray):
         return x
     module = type(x).__module__

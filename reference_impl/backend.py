@@ -143,12 +143,12 @@ def dtype(xp: ModuleType, name: str) -> Any:
     return found
 
 
-def dtype_name(x: Any) -> str:
-    """The standard name of ``x``'s dtype ("float32" ...), whatever its library."""
-    name = getattr(x.dtype, "name", None)
+def dtype_name(dt: Any) -> str:
+    """The standard name of dtype ``dt`` ("float32" ...), whatever its library."""
+    name = getattr(dt, "name", None)
     if isinstance(name, str):
         return name
-    return str(x.dtype).rpartition(".")[2]  # torch.float32 -> float32
+    return str(dt).rpartition(".")[2]  # torch.float32 -> float32
 
 
 def to_numpy(x: Any) -> "Any":

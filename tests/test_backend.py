@@ -45,7 +45,7 @@ def test_torch_namespace_through_array_api_compat():
     xp = backend.get_namespace("torch")
     assert xp.__name__ == "array_api_compat.torch"
     t = torch.arange(3, dtype=torch.float32)  # a plain tensor: no __array_namespace__ of its own
-    assert backend.namespace_of(t) is xp and backend.dtype_name(t) == "float32"
+    assert backend.namespace_of(t) is xp and backend.dtype_name(t.dtype) == "float32"
     np.testing.assert_array_equal(backend.to_numpy(xp.cumulative_sum(t)), [0.0, 1.0, 3.0])
     assert backend.namespace_of(np.ones(2)) is np  # NumPy 2 is its own conforming namespace
 

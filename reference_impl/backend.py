@@ -91,6 +91,10 @@ def _gpu() -> ModuleType:
 
                 return xp
             reasons.append("CuPy sees no GPU")
+    if not _nvidia_driver():  # answered without importing PyTorch (seconds) only to hear "no"
+        reasons.append("no NVIDIA driver is loaded (no /proc/driver/nvidia, no libcuda)")
+        raise BackendUnavailable("device='gpu' asked for, but this machine has no usable GPU: "
+                                 + "; ".join(reasons))
     try:
         import torch
     except ImportError:
@@ -102,6 +106,14 @@ def _gpu() -> ModuleType:
         reasons.append(f"PyTorch {torch.__version__} sees no CUDA device")
     raise BackendUnavailable("device='gpu' asked for, but this machine has no usable GPU: "
                              + "; ".join(reasons))
+
+
+def _nvidia_driver() -> bool:
+    """Is an NVIDIA driver loaded here (what CUDA, hence PyTorch on CUDA, needs)?"""
+    import ctypes.util
+    import os
+
+    return os.path.exists("/proc/driver/nvidia") or ctypes.util.find_library("cuda") is not None
 
 
 def namespace_of(*xs: Any) -> ModuleType:

@@ -30,13 +30,18 @@ def test_gpu_without_cupy_or_cuda_says_exactly_that(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # make `import cupy` fail
     import torch
 
+    no_cupy = "CuPy is not installed (the 'gpu' extra: pip install -e '.[gpu]')"
+    monkeypatch.setattr(backend, "_nvidia_driver", lambda: False)
+    with pytest.raises(backend.BackendUnavailable) as info:
+        backend.get_namespace("gpu")
+    assert str(info.value) == ("device='gpu' asked for, but this machine has no usable GPU: "
+                               f"{no_cupy}; no NVIDIA driver is loaded (no /proc/driver/nvidia, no libcuda)")
+    monkeypatch.setattr(backend, "_nvidia_driver", lambda: True)  # a driver, but PyTorch finds no GPU
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(backend.BackendUnavailable) as info:
         backend.get_namespace("gpu")
-    assert str(info.value) == (
-        "device='gpu' asked for, but this machine has no usable GPU: CuPy is not installed "
-        "(the 'gpu' extra: pip install -e '.[gpu]'); "
-        f"PyTorch {torch.__version__} sees no CUDA device")
+    assert str(info.value) == ("device='gpu' asked for, but this machine has no usable GPU: "
+                               f"{no_cupy}; PyTorch {torch.__version__} sees no CUDA device")
 
 
 def test_torch_namespace_through_array_api_compat():

@@ -57,9 +57,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
+
+from ..backend import namespace_of, require_numpy
 
 LN_EPS = 1e-5
 ACTIVATIONS = ("gelu_tanh", "gelu")
@@ -187,15 +189,20 @@ _GELU_A = 0.044715
 
 
 def _gelu(h: np.ndarray, activation: str) -> np.ndarray:
-    """GELU of ``h``: tanh approximation ``0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))`` or exact."""
+    """GELU of ``h``: tanh approximation ``0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))`` or exact.
+
+    The tanh form is array-API code (``h`` of any namespace: the tensor-parallel MLP runs on
+    PyTorch and GPU arrays too); the exact form calls libm's erf, which the standard lacks,
+    so it is NumPy-only."""
     if activation == "gelu":
+        require_numpy("reference_impl.parallel.transformer (exact GELU: erf)", h)
         return (0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))).astype(h.dtype, copy=False)
     u = h * h
     u *= _GELU_A
     u += 1.0
     u *= h
     u *= _GELU_C
-    np.tanh(u, out=u)
+    u = _tanh_in_place(u)
     u += 1.0
     u *= h
     u *= 0.5
@@ -203,8 +210,9 @@ def _gelu(h: np.ndarray, activation: str) -> np.ndarray:
 
 
 def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray:
-    """``dg * gelu'(h)``."""
+    """``dg * gelu'(h)`` (array-API code for the tanh form, as ``_gelu``)."""
     if activation == "gelu":  # Phi(h) + h phi(h)
+        require_numpy("reference_impl.parallel.transformer (exact GELU: erf)", h)
         phi = np.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
         return (dg * (0.5 * (1.0 + _erf(h / math.sqrt(2.0))) + h * phi)).astype(h.dtype, copy=False)
     h2 = h * h
@@ -212,12 +220,13 @@ def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray
     t += 1.0
     t *= h
     t *= _GELU_C
-    np.tanh(t, out=t)
+    t = _tanh_in_place(t)
     h2 *= 3 * _GELU_A  # du/dh = c (1 + 3 a h^2)
     h2 += 1.0
     h2 *= _GELU_C
     s = t * t  # 0.5 h (1 - t^2) du/dh
-    np.subtract(1.0, s, out=s)
+    s *= -1.0
+    s += 1.0
     s *= h
     s *= h2
     s *= 0.5
@@ -228,6 +237,14 @@ def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray
     del s
     t *= dg
     return t
+
+
+def _tanh_in_place(u: Any) -> Any:
+    """``tanh(u)``, written over ``u`` where the library can (NumPy's ``out=``: one buffer less
+    for a (B, T, 4C) activation); the standard has no ``out=``, so elsewhere a new array."""
+    if isinstance(u, np.ndarray):
+        return np.tanh(u, out=u)
+    return namespace_of(u).tanh(u)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -356,8 +373,9 @@ def forward(params: Mapping[str, np.ndarray], tokens: np.ndarray, targets: np.nd
 
 # ------------------------------------------------------------------ per-layer backward
 def _weight_grad(dout: np.ndarray, x_in: np.ndarray) -> np.ndarray:
-    """``dW = dout^T x`` over all ``B*T`` tokens for ``y = x @ W.T``: shape ``(out, in)``."""
-    return dout.reshape(-1, dout.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
+    """``dW = dout^T x`` over all ``B*T`` tokens for ``y = x @ W.T``: shape ``(out, in)`` (array-API code)."""
+    xp = namespace_of(dout, x_in)
+    return xp.reshape(dout, (-1, dout.shape[-1])).T @ xp.reshape(x_in, (-1, x_in.shape[-1]))
 
 
 def head_backward(params: Mapping[str, np.ndarray], head: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:

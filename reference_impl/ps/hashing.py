@@ -17,6 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import require_numpy
+
+# What a GPU or PyTorch array handed to a table is told (the tables live in host memory).
+PARAMETER_SERVER = "reference_impl.ps (the parameter-server tables, kept in host memory)"
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -35,6 +40,7 @@ def as_ids(ids: Any, what: str = "ids") -> np.ndarray:
     if isinstance(ids, np.ndarray):
         arr = ids
     else:
+        require_numpy(PARAMETER_SERVER, ids)
         try:
             arr = np.asarray(ids)
         except OverflowError:

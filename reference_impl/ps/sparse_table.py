@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hashing import as_ids, group_by_shard, uniform_from_ids
+from ..backend import require_numpy
+from .hashing import PARAMETER_SERVER, as_ids, group_by_shard, uniform_from_ids
 from .optimizers import SGD, Optimizer
 from .row_index import RowIndex
 
@@ -190,6 +191,7 @@ def check_push(name: str, dim: int, ids: np.ndarray, grads: np.ndarray) -> tuple
     no id twice (a push carries one summed gradient per id).
     """
     ids = as_ids(ids)
+    require_numpy(PARAMETER_SERVER, grads)
     grads = np.asarray(grads)
     if grads.shape != (len(ids), dim):
         raise ValueError(f"sparse table {name!r}: push of {len(ids)} ids needs gradients of shape "

@@ -34,6 +34,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+import array_api_compat
 import numpy
 
 DEVICES = ("cpu", "gpu", "torch", "strict")
@@ -68,7 +69,7 @@ def _torch() -> ModuleType:
         import array_api_compat.torch as xp
     except ImportError as exc:
         raise BackendUnavailable(
-            "device='torch' needs PyTorch and array-api-compat, which are not installed: "
+            "device='torch' needs PyTorch, which is not installed: "
             "install the 'torch' extra (pip install -e '.[torch]')") from exc
     return xp
 
@@ -120,10 +121,12 @@ def namespace_of(*xs: Any) -> ModuleType:
     """The array namespace that owns arrays ``xs`` (all must share one): ``numpy`` for NumPy
     arrays, ``array_api_compat.torch`` for PyTorch tensors, the array's own
     ``__array_namespace__()`` otherwise."""
-    import array_api_compat
-
-    if all(type(x) is numpy.ndarray for x in xs) and xs:  # the common case, answered at once
-        return numpy
+    for x in xs:  # the common case, all NumPy arrays, answered at once (a loop: no generator)
+        if type(x) is not numpy.ndarray:
+            break
+    else:
+        if xs:
+            return numpy
     try:
         xp = array_api_compat.array_namespace(*xs)
     except TypeError:

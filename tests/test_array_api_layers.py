@@ -92,3 +92,18 @@ def test_numpy_only_modules_refuse_other_arrays_by_name():
     h = torch.zeros(2, 3, dtype=torch.float64)
     with pytest.raises(TypeError, match=r"^reference_impl\.parallel\.transformer \(exact GELU: erf\) is NumPy-only"):
         tf._gelu(h, "gelu")
+
+
+def test_a_custom_op_in_a_torch_session_is_refused_naming_the_module():
+    """A graph on the ``torch`` device runs its built-in ops there; a custom op's C kernel reads
+    host memory, so it refuses the tensors, naming itself, instead of misreading them."""
+    from reference_impl import graph as g
+    from reference_impl.custom_ops.bias_relu import bias_add_relu
+
+    graph = g.Graph()
+    with graph.as_default():
+        x = g.placeholder("float32", [2, 3])
+        y = bias_add_relu(x, g.constant(np.ones(3, np.float32)))
+    with pytest.raises(g.GraphError, match=r"reference_impl\.custom_ops \(custom op 'BiasAddRelu': a C kernel on "
+                                           r"host memory\) is NumPy-only: it got a torch\.Tensor"):
+        g.Session(graph, device="torch").run(y, {x: np.ones((2, 3), np.float32)})

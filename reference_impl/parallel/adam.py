@@ -1,5 +1,7 @@
 """Adam in NumPy, in place, with one scratch array: the optimiser whose state ZeRO shards.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Adam (Kingma & Ba 2015, as ``torch.optim.Adam`` computes it) keeps two arrays per parameter,
 the moving averages ``m`` of the gradient and ``v`` of its square::
 

@@ -1,5 +1,7 @@
 """Expert parallelism: the ``E`` experts of a MoE layer spread over ``ep`` ranks, tokens moved by all-to-all.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **Layout** (GShard, Lepikhin et al., arXiv:2006.16668, sec. 2.2-3; Megatron-LM
 ``megatron/core/transformer/moe/moe_layer.py``, ``MoELayer``): rank ``r`` of the expert-parallel
 group holds experts ``[r E/ep, (r+1) E/ep)`` (``E % ep == 0``: Megatron asserts

@@ -1,5 +1,7 @@
 """fp8 matrix products with per-tensor delayed scaling, as NVIDIA Transformer Engine's recipe does them.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Two 8-bit formats, real ``ml_dtypes`` arrays (``ml_dtypes.finfo``):
 
 * **E4M3** (``float8_e4m3fn``): 4 exponent bits, 3 mantissa bits, largest 448, smallest

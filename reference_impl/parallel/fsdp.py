@@ -1,5 +1,7 @@
 """ZeRO stage 3 / FSDP: gather a layer, run it, free it; prefetch the next gather; reduce-scatter.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A stage-3 rank holds only its slice of every unit (``zero.Unit``: one layer's parameters,
 flat and padded). One training step is ``2 (L + 2)`` computations, each of one layer::
 

@@ -1,5 +1,7 @@
 """Hybrid parallelism: the GPT trained on a ``dp x tp x pp`` process grid, equal to single-rank training.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **What.** Each strategy of this room answers one limit: tensor parallelism (TP) splits the
 matrices of every layer when one layer's work or memory is too big for a device; pipeline
 parallelism (PP) splits the layers when the model is too deep to fit; data parallelism (DP)

@@ -1,5 +1,7 @@
 """Low precision: bf16 and float16 compute with float32 master weights, measured on the transformer.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The arrays are real 16-bit arrays: ``ml_dtypes.bfloat16`` (8 exponent bits, 7 stored mantissa
 bits: float32's range, 3 significant decimal digits) and NumPy's ``float16`` (5 exponent bits,
 10 mantissa bits: 65504 at most, 6e-8 at least). Nothing is simulated by rounding by hand.

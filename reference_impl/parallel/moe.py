@@ -1,5 +1,7 @@
 """Mixture of experts (MoE): a router sends every token to ``k`` of ``E`` expert MLPs.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **What.** A transformer's MLP is replaced by ``E`` MLPs ("experts") and a router. Token
 ``x_t`` (a row of ``x``, shape ``(T, C)``) goes to its ``k`` best experts only::
 

@@ -1,5 +1,7 @@
 """Sequence parallelism: the tensor-parallel group also splits the LayerNorms' tokens.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198, section 4.2.2 (figure 5). The real code: ``NVIDIA/Megatron-LM``,
 ``megatron/core/tensor_parallel/mappings.py`` (``scatter_to_sequence_parallel_region``,

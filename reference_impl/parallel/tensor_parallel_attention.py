@@ -1,5 +1,7 @@
 """Tensor parallelism of the transformer's attention block, Megatron-LM style: heads split over ranks.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The other half of Shoeybi et al., arXiv:1909.08053, section 3 (figure 3b); the real code is
 ``NVIDIA/Megatron-LM``'s ``megatron/core/transformer/attention.py`` (``linear_qkv`` is a
 ``ColumnParallelLinear``, ``linear_proj`` a ``RowParallelLinear``). The pieces (``f``, ``g``,

@@ -1,5 +1,7 @@
 """The whole GPT under Megatron tensor parallelism (optionally with sequence parallelism).
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Shoeybi et al., arXiv:1909.08053, section 3, and Korthikanti et al., arXiv:2205.05198,
 section 4.2.2. The real code: ``NVIDIA/Megatron-LM``'s
 ``megatron/core/transformer/transformer_layer.py`` (``TransformerLayer``: input LayerNorm,

@@ -1,5 +1,7 @@
 """A small GPT in NumPy with a hand-written backward pass, one layer at a time.
 
+NumPy-only, except the tanh GELU, its gradient and ``_weight_grad`` (array-API code).
+
 Every memory-saving strategy of this room (activation recomputation, ZeRO, FSDP, low
 precision) is a statement about *which arrays a training step holds, and when*. To see those
 arrays, the model is written out by hand: a GPT-2-style decoder whose forward keeps an

@@ -1,5 +1,7 @@
 """Vocabulary-parallel embedding and cross-entropy, Megatron-LM style.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
 Parallelism", arXiv:1909.08053, section 3 (the input embedding and the tied output layer are
 split along the vocabulary, and the cross-entropy is fused with the output layer so that the

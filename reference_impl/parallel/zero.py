@@ -1,5 +1,7 @@
 """ZeRO stages 1, 2 and 3 (FSDP): data parallelism that stops keeping N copies of everything.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **The idea.** Plain data parallelism (stage 0) keeps on each of N ranks the whole model state:
 the parameters (Ψ values), their gradients (Ψ) and Adam's two moments (2Ψ), and averages the
 gradients with an allreduce. Only the gradient needs the rank's own batch; the rest is the

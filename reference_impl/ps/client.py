@@ -1,5 +1,7 @@
 """The worker's side of a parameter server: pull and push by variable name.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 ``PSClient`` turns a variable name into requests to the servers that hold it: a dense
 variable is the concatenation of one chunk per server; a sparse table's ids are grouped
 by owner (``group_by_shard``) and each server gets its slice. Every request goes to every

@@ -1,5 +1,7 @@
 """Which server owns a feature id: a mixed 64-bit hash, then modulo the shard count.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 Feature ids are arbitrary 64-bit integers (a user id, a hashed URL, a cross of two
 columns). Sharding by ``id % n_shards`` is fast but fragile: if the ids share a pattern
 (all even, all multiples of the shard count because an upstream system allocates them

@@ -1,5 +1,7 @@
 """Sparse tables: embedding rows keyed by 64-bit ids, created on first pull, sharded by hash.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 A dense embedding variable needs ``vocabulary x dim`` floats up front, and the
 vocabulary must be known. Recommender ids (users, items, crossed features) number in the
 billions, most of them seen once, so a sparse table stores only the rows it has seen:

@@ -1,5 +1,7 @@
 """Mixed precision: float16 compute, float32 master weights, and dynamic loss scaling.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Why float16: half the bytes per activation and per gradient (less memory, less traffic),
 and on GPUs with tensor cores several times the arithmetic throughput.  It is *not* a
 stability feature; float16 is the less stable format, and two of its limits need handling:

@@ -139,7 +139,7 @@ _TABLE = [
     Exercise(
         "01_ring_allreduce", "ring_allreduce.ipynb", ("chunk_bounds", "reduce_scatter", "allgather"),
         max_score=25.0, tests=11, hidden=7, concept_page="concepts/allreduce-vs-parameter-servers.md",
-        devices=("cpu", "gpu", "strict"),
+        devices=("cpu", "gpu", "torch", "strict"),
         secrets=("_ref_allreduce", "def _smallest_first", "CountingCommunicator"),
         wrong={
             # pieces that lose an element on uneven splits
@@ -308,6 +308,7 @@ _TABLE = [
         "19_tensor_parallel", "tensor_parallel.ipynb",
         ("f_and_g", "ColumnParallelLinear", "RowParallelLinear", "ParallelMLP"),
         max_score=19.0, tests=9, hidden=5, concept_page="concepts/tensor-and-sequence-parallelism.md",
+        devices=("cpu", "gpu", "torch"),
         secrets=("_ref_mlp", "return y + self.bias  # once, after the allreduce", "_ref_comm_bytes"),
         wrong={
             # f allreduces in the forward too: the replicated input counted p times (and one allreduce too many)

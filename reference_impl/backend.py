@@ -143,11 +143,11 @@ def is_numpy(xp: ModuleType) -> bool:
 def require_numpy(module: str, *xs: Any) -> None:
     """Refuse arrays of any namespace but NumPy in a module that is NumPy-only, naming it."""
     for x in xs:
+        if isinstance(x, (numpy.ndarray, numpy.generic)):
+            continue
         if hasattr(x, "__array_namespace__") or type(x).__module__.partition(".")[0] in ("torch", "cupy"):
-            if not isinstance(x, (numpy.ndarray, numpy.generic)):
-                raise TypeError(
-                    f"{module} is NumPy-only: it got a {type(x).__module__}.{type(x).__name__}; "
-                    "pass NumPy arrays (backend.to_numpy) or use a ported module")
+            raise TypeError(f"{module} is NumPy-only: it got a {type(x).__module__}.{type(x).__name__}; "
+                            "pass NumPy arrays (backend.to_numpy) or use a ported module")
 
 
 def dtype(xp: ModuleType, name: str) -> Any:

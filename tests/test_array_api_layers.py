@@ -107,3 +107,23 @@ def test_a_custom_op_in_a_torch_session_is_refused_naming_the_module():
     with pytest.raises(g.GraphError, match=r"reference_impl\.custom_ops \(custom op 'BiasAddRelu': a C kernel on "
                                            r"host memory\) is NumPy-only: it got a torch\.Tensor"):
         g.Session(graph, device="torch").run(y, {x: np.ones((2, 3), np.float32)})
+
+
+def test_unported_parallel_modules_refuse_pytorch_tensors_by_name():
+    import torch
+
+    from reference_impl.parallel import adam, fp8, low_precision, sequence_parallel, vocab_parallel
+
+    t = torch.zeros(2, 4, 3, dtype=torch.float64)
+    calls = {
+        "sequence_parallel": lambda: sequence_parallel.split_sequence(None, t),
+        "vocab_parallel": lambda: vocab_parallel.shard_vocab(t, 0, 1),
+        "fp8": lambda: fp8.quantize(t, 1.0, np.float32),
+        "low_precision": lambda: low_precision.as_low(t, np.float16),
+        "adam": lambda: adam.Adam().step({"w": t}, {"w": t}),
+        "transformer": lambda: tf.block_forward({}, 0, t, tf.GPTConfig(vocab_size=8, block_size=4, n_layer=1,
+                                                                      n_head=1, n_embd=3)),
+    }
+    for module, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^reference_impl\.parallel\.{module} is NumPy-only: it got a torch\.Tensor"):
+            call()

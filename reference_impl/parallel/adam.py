@@ -23,6 +23,9 @@ import math
 from typing import Mapping
 
 import numpy as np
+from ..backend import require_numpy
+
+_MODULE = "reference_impl.parallel.adam"  # NumPy-only: other arrays are refused, naming it
 
 
 class Adam:
@@ -43,6 +46,7 @@ class Adam:
 
     def step(self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
         """One update of every parameter that has a gradient."""
+        require_numpy(_MODULE, *params.values(), *grads.values())
         self.init_state(params)
         self.t += 1
         b1, b2 = self.betas

@@ -65,6 +65,8 @@ import numpy as np
 
 from ..backend import namespace_of, require_numpy
 
+_MODULE = "reference_impl.parallel.transformer"  # NumPy-only: other arrays are refused, naming it
+
 LN_EPS = 1e-5
 ACTIVATIONS = ("gelu_tanh", "gelu")
 KEEP = ("all", "inputs")
@@ -274,6 +276,7 @@ def _heads(qkv: np.ndarray, n_head: int) -> tuple[np.ndarray, np.ndarray, np.nda
 # ------------------------------------------------------------------ per-layer forward
 def embed_forward(params: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
     """``wte[tokens] + wpe[:T]``: the input of block 0, ``(B, T, C)``."""
+    require_numpy(_MODULE, tokens, *params.values())
     T = tokens.shape[1]
     x = params["wte.weight"][tokens]
     x += params["wpe.weight"][:T]
@@ -290,6 +293,7 @@ def block_forward(params: Mapping[str, np.ndarray], i: int, x: np.ndarray,
     ``(B, n_head, T, T)``), ``y`` (heads merged, input of attn.c_proj), ``xhat2, rstd2,
     a2`` (ln_2), ``h`` (c_fc output, input of GELU), ``g`` (GELU output, input of mlp.c_proj).
     """
+    require_numpy(_MODULE, x)
     p = f"h.{i}."
     B, T, C = x.shape
     a1, xhat1, rstd1 = _layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
@@ -355,6 +359,7 @@ def forward(params: Mapping[str, np.ndarray], tokens: np.ndarray, targets: np.nd
     ``keep="inputs"``: activation recomputation; it holds only each block's input ``(B, T, C)``
     and ``backward`` recomputes the rest, one block at a time.
     """
+    require_numpy(_MODULE, tokens, targets)
     if keep not in KEEP:
         raise ValueError(f"forward: keep must be one of {KEEP}, got {keep!r}")
     tokens, targets = np.asarray(tokens), np.asarray(targets)

@@ -1,6 +1,6 @@
 """The graph runtime's kernels are array-API code: one graph runs on NumPy, on
 ``array_api_strict`` and on PyTorch CPU tensors (through array-api-compat) and gives NumPy's
-results.
+results; so do the graph-building optimisers of ``train.optimizers`` and mixed precision.
 
 One graph exercises every built-in kernel: forward ops (elementwise, matmul, reductions,
 reshape/transpose/concat, gather, softmax and the cross-entropy), their gradient kernels
@@ -132,3 +132,52 @@ def test_segment_sum_adds_rows_in_order_like_add_at():
     want = base.copy()
     want[ids[:12]] = values[:12]  # repeated rows: the last write wins
     np.testing.assert_array_equal(scatter_rows(base, ids[:12], values[:12]), want)
+
+
+def train_three_steps(device: str, make_optimizer) -> list[np.ndarray]:
+    """Three steps of ``make_optimizer().minimize`` on a dense weight and an embedding (sparse
+    gradient: IndexedSlices) on ``device``; the variables afterwards, as NumPy arrays."""
+    from reference_impl.train import mixed_precision as mp
+
+    graph = g.Graph()
+    with graph.as_default():
+        x = g.placeholder("float32", [4, 3])
+        ids = g.placeholder("int64", [5])
+        w = g.Variable(np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2), name="w")
+        emb = g.Variable(np.arange(12, dtype=np.float32).reshape(6, 2) / 10, name="emb")
+        h = g.matmul(mp.half(x), mp.half(w)) if make_optimizer is None else g.matmul(x, w)
+        loss = g.reduce_mean(g.square(g.cast(h, "float32"))) + g.reduce_sum(g.gather(emb, ids))
+        if make_optimizer is None:  # mixed precision: float16 compute, dynamic loss scaling
+            from reference_impl.train.optimizers import Adam
+
+            train = mp.LossScaleOptimizer(Adam(0.1), initial_scale=2.0 ** 15, growth_interval=2).minimize(loss)
+        else:
+            train = make_optimizer().minimize(loss)
+        init = g.global_variables_initializer()
+    sess = g.Session(graph, device=device)
+    sess.run(init)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        sess.run(train, {x: rng.normal(size=(4, 3)).astype(np.float32) * 30, ids: np.asarray([1, 4, 1, 0, 5])})
+    return [backend.to_numpy(v) for v in sess.run([w, emb])]
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # an overflowed float16 step
+def test_graph_optimizers_train_the_same_on_every_namespace():
+    """The optimisers of ``train.optimizers`` build graph ops only, so they run on a device
+    Session as they are: strict bit-identical, PyTorch to float32 round-off; mixed precision
+    runs on PyTorch, and strict refuses its float16 by name (the standard has no float16)."""
+    from reference_impl.train import optimizers as opt
+
+    makers = {name: (lambda cls=getattr(opt, name): cls(0.1, 0.9) if cls is opt.Momentum else cls(0.1))
+              for name in ("GradientDescent", "Momentum", "Adagrad", "RMSProp", "Adam", "AdamW", "Ftrl")}
+    for name, make in makers.items():
+        expected = train_three_steps("cpu", make)
+        assert not np.array_equal(expected[0], np.linspace(-1, 1, 6, dtype=np.float32).reshape(3, 2)), name
+        for device in ("strict", "torch"):
+            for got, want in zip(train_three_steps(device, make), expected):
+                np.testing.assert_allclose(got, want, err_msg=f"{name} on {device}", **TOLERANCE[device])
+    for got, want in zip(train_three_steps("torch", None), train_three_steps("cpu", None)):
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)  # float16 products
+    with pytest.raises(g.GraphError, match="the namespace array_api_strict has no dtype 'float16'"):
+        train_three_steps("strict", None)

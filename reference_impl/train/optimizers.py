@@ -1,6 +1,7 @@
 """Optimisers as graph-building classes, in the style of TensorFlow 1's ``tf.train.Optimizer``.
 
-NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+Portable: an optimiser only builds graph ops, whose kernels are array-API code, so
+``Session(device=...)`` runs its updates, dense and sparse, on that namespace.
 
 ``opt.minimize(loss)`` adds the gradient nodes and the update nodes to the loss's graph and
 returns one train op; running it in a Session takes one step.  An optimiser's state (Adam's

@@ -230,7 +230,7 @@ _TABLE = [
     ),
     Exercise(
         "10_adam", "adam.ipynb", ("adam_update", "adam_class"),
-        max_score=10.0, tests=5, hidden=3, concept_page="concepts/optimisers.md",
+        max_score=10.0, tests=5, hidden=3, concept_page="concepts/optimisers.md", devices=("cpu", "gpu", "torch"),
         secrets=("_RefAdam", "m_hat = m / (1 - G.pow(beta1, t))"),
         # Adam.update returns the old slots instead of the new ones: the state never moves
         wrong={"stale_slots": (("adam_class", replacing('return new_var, {"m": m, "v": v}',

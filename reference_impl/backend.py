@@ -131,6 +131,9 @@ def namespace_of(*xs: Any) -> ModuleType:
         xp = array_api_compat.array_namespace(*xs)
     except TypeError:
         kinds = ", ".join(dict.fromkeys(type(x).__name__ for x in xs))
+        if len(xs) == 1:
+            raise TypeError(f"expected an array (of NumPy, CuPy, PyTorch or another array-API library), "
+                            f"got {kinds}") from None
         raise TypeError(f"expected arrays of one array-API namespace, got {kinds}") from None
     return numpy if xp.__name__ == "array_api_compat.numpy" else xp
 

@@ -173,6 +173,8 @@ def to_numpy(x: Any) -> "Any":
     """Copy any supported array to a NumPy array (for printing, comparison and MPI buffers)."""
     if isinstance(x, numpy.ndarray):
         return x
+    if isinstance(x, numpy.generic):
+        return numpy.asarray(x)
     module = type(x).__module__
     if module.startswith("cupy"):
         return x.get()

@@ -176,6 +176,7 @@ _TABLE = [
         "03_recursive_doubling", "recursive_doubling.ipynb",
         ("largest_power_of_two", "exchange", "recursive_doubling_allreduce"),
         max_score=20.0, tests=10, hidden=6, concept_page="concepts/allreduce-algorithms.md",
+        devices=("cpu", "gpu", "torch"),
         secrets=("comm.recv(incoming, r + p2)", "_expected_traffic", "_ref_allreduce", "CountingCommunicator"),
         wrong={"no_fold": (("recursive_doubling_allreduce", NO_FOLD),)},
     ),

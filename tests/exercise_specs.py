@@ -239,7 +239,7 @@ _TABLE = [
     ),
     Exercise(
         "11_loss_scaling", "loss_scaling.ipynb", ("unscale", "update_loss_scale"),
-        max_score=8.0, tests=4, hidden=2, concept_page="concepts/mixed-precision.md",
+        max_score=8.0, tests=4, hidden=2, concept_page="concepts/mixed-precision.md", devices=("cpu", "gpu", "torch"),
         secrets=("_ref_update_loss_scale", "good_steps += 1"),
         # the state machine keeps its good-step count after an overflow (one graded wrong variant
         # only, to keep the number of parallel gradings, and the suite's time, down)

@@ -24,7 +24,7 @@
 
 ``grade`` runs it on each device the assignment must pass on and writes the feedback page
 (``grader.feedback``). The hidden tests run on the array namespace of ``device``
-(``--device cpu|gpu|strict``): the kernel gets ``LAB_DEVICE`` from the jail, and an
+(``--device cpu|gpu|torch|strict``): the kernel gets ``LAB_DEVICE`` from the jail, and an
 exercise's set-up cell picks its namespace with ``reference_impl.backend.get_namespace``.
 An assignment lists the devices its tests support in its source notebook's metadata,
 ``lab.devices`` (default ``["cpu"]``); any other device is refused before grading.
@@ -69,7 +69,8 @@ from .sandbox import (
 from .tracebacks import defined_names, syntax_errors
 
 STUDENT = "learner"
-DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy", "strict": "array_api_strict"}
+DEVICE_LIBRARIES = {"cpu": "NumPy", "gpu": "CuPy or PyTorch CUDA", "torch": "PyTorch CPU",
+                    "strict": "array_api_strict"}
 DEFAULT_TIMEOUT = 120.0  # the budget of a whole check, over all its devices
 HINT_LIMIT = 400
 BROKEN_CELL = ": fix that cell first (at the top of this report)"

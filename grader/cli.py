@@ -149,9 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --watch: stop after N grading runs (default: until Ctrl-C)")
     check.add_argument("--poll", type=_positive, default=DEFAULT_POLL, metavar="SECONDS",
                        help="with --watch: how often to look for a save, in seconds")
-    check.add_argument("--device", choices=("cpu", "gpu", "strict"), default=None,
-                       help="the array namespace the tests run on: cpu (NumPy), gpu (CuPy, needs a GPU) or "
-                            "strict (array_api_strict: only the array API standard); the assignment must list "
+    check.add_argument("--device", choices=("cpu", "gpu", "torch", "strict"), default=None,
+                       help="the array namespace the tests run on: cpu (NumPy), gpu (CuPy, else PyTorch on "
+                            "CUDA; needs a GPU), torch (PyTorch tensors on the CPU) or strict (array_api_strict: "
+                            "only the array API standard); the assignment must list "
                             "it in its lab.devices (default: cpu, and strict as well for an assignment whose "
                             "code must be array-API code)")
 

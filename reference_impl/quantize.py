@@ -1,5 +1,7 @@
 """Post-training int8 quantisation of an MLP: symmetric per-channel weights, calibrated activations.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A float32 weight ``w`` becomes ``q = round(w / s)`` clipped to [-127, 127] with one scale per
 output channel (column ``j`` of ``x @ W``): ``s_j = max_k |W[k, j]| / 127``. One scale per
 channel instead of per tensor matters because channels differ in range: a single scale set

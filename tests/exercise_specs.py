@@ -139,7 +139,7 @@ _TABLE = [
     Exercise(
         "01_ring_allreduce", "ring_allreduce.ipynb", ("chunk_bounds", "reduce_scatter", "allgather"),
         max_score=25.0, tests=11, hidden=7, concept_page="concepts/allreduce-vs-parameter-servers.md",
-        devices=("cpu", "gpu", "strict"),
+        devices=("cpu", "gpu", "torch", "strict"),
         secrets=("_ref_allreduce", "def _smallest_first", "CountingCommunicator"),
         wrong={
             # pieces that lose an element on uneven splits
@@ -176,6 +176,7 @@ _TABLE = [
         "03_recursive_doubling", "recursive_doubling.ipynb",
         ("largest_power_of_two", "exchange", "recursive_doubling_allreduce"),
         max_score=20.0, tests=10, hidden=6, concept_page="concepts/allreduce-algorithms.md",
+        devices=("cpu", "gpu", "torch"),
         secrets=("comm.recv(incoming, r + p2)", "_expected_traffic", "_ref_allreduce", "CountingCommunicator"),
         wrong={"no_fold": (("recursive_doubling_allreduce", NO_FOLD),)},
     ),
@@ -230,7 +231,7 @@ _TABLE = [
     ),
     Exercise(
         "10_adam", "adam.ipynb", ("adam_update", "adam_class"),
-        max_score=10.0, tests=5, hidden=3, concept_page="concepts/optimisers.md",
+        max_score=10.0, tests=5, hidden=3, concept_page="concepts/optimisers.md", devices=("cpu", "gpu", "torch"),
         secrets=("_RefAdam", "m_hat = m / (1 - G.pow(beta1, t))"),
         # Adam.update returns the old slots instead of the new ones: the state never moves
         wrong={"stale_slots": (("adam_class", replacing('return new_var, {"m": m, "v": v}',
@@ -238,7 +239,7 @@ _TABLE = [
     ),
     Exercise(
         "11_loss_scaling", "loss_scaling.ipynb", ("unscale", "update_loss_scale"),
-        max_score=8.0, tests=4, hidden=2, concept_page="concepts/mixed-precision.md",
+        max_score=8.0, tests=4, hidden=2, concept_page="concepts/mixed-precision.md", devices=("cpu", "gpu", "torch"),
         secrets=("_ref_update_loss_scale", "good_steps += 1"),
         # the state machine keeps its good-step count after an overflow (one graded wrong variant
         # only, to keep the number of parallel gradings, and the suite's time, down)
@@ -308,6 +309,7 @@ _TABLE = [
         "19_tensor_parallel", "tensor_parallel.ipynb",
         ("f_and_g", "ColumnParallelLinear", "RowParallelLinear", "ParallelMLP"),
         max_score=19.0, tests=9, hidden=5, concept_page="concepts/tensor-and-sequence-parallelism.md",
+        devices=("cpu", "gpu", "torch"),
         secrets=("_ref_mlp", "return y + self.bias  # once, after the allreduce", "_ref_comm_bytes"),
         wrong={
             # f allreduces in the forward too: the replicated input counted p times (and one allreduce too many)

@@ -22,14 +22,47 @@ def test_strict_namespace_rejects_numpy_extras():
 
 
 def test_unknown_device_names_the_choices():
-    with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, gpu, strict"):
+    with pytest.raises(ValueError, match="unknown device 'tpu'.*cpu, gpu, torch, strict"):
         backend.get_namespace("tpu")
 
 
-def test_gpu_without_cupy_says_how_to_get_it(monkeypatch):
+def test_gpu_without_cupy_or_cuda_says_exactly_that(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", None)  # make `import cupy` fail
-    with pytest.raises(backend.BackendUnavailable, match="needs CuPy.*gpu"):
+    import torch
+
+    no_cupy = "CuPy is not installed (the 'gpu' extra: pip install -e '.[gpu]')"
+    monkeypatch.setattr(backend, "_nvidia_driver", lambda: False)
+    with pytest.raises(backend.BackendUnavailable) as info:
         backend.get_namespace("gpu")
+    assert str(info.value) == ("device='gpu' asked for, but this machine has no usable GPU: "
+                               f"{no_cupy}; no NVIDIA driver is loaded (no /proc/driver/nvidia, no libcuda)")
+    monkeypatch.setattr(backend, "_nvidia_driver", lambda: True)  # a driver, but PyTorch finds no GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(backend.BackendUnavailable) as info:
+        backend.get_namespace("gpu")
+    assert str(info.value) == ("device='gpu' asked for, but this machine has no usable GPU: "
+                               f"{no_cupy}; PyTorch {torch.__version__} sees no CUDA device")
+
+
+def test_torch_namespace_through_array_api_compat():
+    import torch
+
+    xp = backend.get_namespace("torch")
+    assert xp.__name__ == "array_api_compat.torch"
+    t = torch.arange(3, dtype=torch.float32)  # a plain tensor: no __array_namespace__ of its own
+    assert backend.namespace_of(t) is xp and backend.dtype_name(t.dtype) == "float32"
+    np.testing.assert_array_equal(backend.to_numpy(xp.cumulative_sum(t)), [0.0, 1.0, 3.0])
+    assert backend.namespace_of(np.ones(2)) is np  # NumPy 2 is its own conforming namespace
+
+
+def test_mixed_namespaces_and_numpy_only_modules_are_refused_by_name():
+    import torch
+
+    with pytest.raises(TypeError, match="one array-API namespace, got ndarray, Tensor"):
+        backend.namespace_of(np.ones(2), torch.ones(2))
+    backend.require_numpy("reference_impl.sparsity.formats", np.ones(2), 3)
+    with pytest.raises(TypeError, match=r"^reference_impl\.sparsity\.formats is NumPy-only: it got a torch\.Tensor"):
+        backend.require_numpy("reference_impl.sparsity.formats", np.ones(2), torch.ones(2))
 
 
 def test_gpu_when_available():

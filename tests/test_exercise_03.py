@@ -10,7 +10,9 @@ test cell's ``lab`` metadata, chosen by the failure message) and a link to its p
 In process (fast): a solution that gathers everything at rank 0 and sends the result back
 gets the right numbers but fails the traffic tests; a ``mean`` never divided by p and a
 partner ``r + 2**k`` instead of ``r ^ 2**k`` (a deadlock) get their hints; the notebook's
-solution agrees with ``reference_impl.comm.allreduce`` on random inputs.
+solution agrees with ``reference_impl.comm.allreduce`` on random inputs; on PyTorch tensors
+(``LAB_DEVICE=torch``, what ``--device torch`` sets) it passes every test, and a receive buffer
+made with NumPy's ``np.empty_like`` loses every test that exchanges, naming the device.
 """
 from __future__ import annotations
 
@@ -127,3 +129,15 @@ def test_the_notebook_solution_agrees_with_reference_impl():
                               timeout=10)
             for a, b in zip(mine, ref):
                 assert a.dtype == b.dtype and np.array_equal(a, b), (p, op)
+
+
+def test_the_tests_run_on_pytorch_tensors_in_process(monkeypatch):
+    monkeypatch.setenv("LAB_DEVICE", "torch")
+    assert all(error is None for error in run_cells(read_nb(SOURCE), skip=("demo",)).values())
+    numpy_buffer = edit_cell(read_nb(SOURCE), "exchange", replacing(
+        "incoming = namespace_of(data).empty_like(data)", "incoming = np.empty_like(data)"))
+    failed = {k: v for k, v in run_cells(numpy_buffer, skip=("demo",)).items() if v is not None}
+    assert set(failed) == set(POW2_TESTS) - {"test_largest_power_of_two_examples", "hidden_largest_power_of_two"} | set(
+        FOLD_TESTS), failed
+    for test_id, error in failed.items():
+        assert "(device torch): expected a result, found CommError" in error, (test_id, error)

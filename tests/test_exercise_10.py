@@ -12,7 +12,9 @@ tests/test_exercises.py's; the grading below is the session's one grading of thi
 * in process (no grader): more plausible mistakes (no bias correction, epsilon inside the square
   root, bias-corrected moments returned as the slots, hyper-parameters not passed on) fail
   exactly their tests with their hints;
-* in process: the source notebook's ``Adam`` follows the reference ``Adam`` step by step.
+* in process: the source notebook's ``Adam`` follows the reference ``Adam`` step by step;
+* in process on PyTorch tensors (``LAB_DEVICE=torch``, what ``--device torch`` sets): the
+  tests' sessions run there and the source notebook passes all of them.
 """
 from __future__ import annotations
 
@@ -93,3 +95,18 @@ def test_source_adam_follows_the_reference_in_process():
                 sess.run(G.global_variables_initializer())
                 traces.append([sess.run([train, w])[1] for _ in range(10)])
     np.testing.assert_allclose(traces[0], traces[1], rtol=1e-12)
+
+
+def test_the_tests_run_on_pytorch_tensors_in_process(monkeypatch):
+    from notebook_tools import run_cells
+
+    monkeypatch.setenv("LAB_DEVICE", "torch")
+    ns = notebook_namespace(read_nb(SOURCE), upto="adam_class")
+    graph = ns["G"].Graph()
+    with graph.as_default():
+        found = ns["adam_update"](*[ns["G"].constant(np.ones(2)) for _ in range(4)],
+                                  ns["G"].constant(0.1, dtype="float64"), ns["G"].constant(1.0, dtype="float64"))
+    with ns["G"].Session(graph, device=ns["DEVICE"]) as sess:  # as the tests' sessions are made
+        assert type(sess.run(found[0])).__module__ == "torch"
+    outcome = run_cells(read_nb(SOURCE), skip=("demo",))
+    assert outcome and all(error is None for error in outcome.values()), outcome

@@ -11,7 +11,10 @@ tests/test_exercises.py's; the grading below is the session's one grading of thi
 * in process (no grader): more plausible mistakes (dividing in float16, a NumPy bool, checking
   one gradient only, no min_scale, growing one step late) fail exactly their tests with their
   hints;
-* in process: the source notebook's functions equal the reference on random inputs.
+* in process: the source notebook's functions equal the reference on random inputs;
+* in process on PyTorch tensors (``LAB_DEVICE=torch``, what ``--device torch`` sets): the source
+  notebook passes every test, and an unscale through NumPy (``np.asarray``) loses the unscaling
+  tests: its gradients leave the device.
 """
 from __future__ import annotations
 
@@ -46,13 +49,12 @@ def test_keeping_the_count_after_an_overflow_gets_partial_marks(runs):
 
 
 @pytest.mark.parametrize("cell, old, new, advice", [
-    ("unscale", "np.asarray(g, dtype=np.float32) / np.float32(scale)",
-     "(np.asarray(g) / np.float16(scale)).astype(np.float32)",
+    ("unscale", "xp.astype(g, xp.float32) / scale", "xp.astype(g / scale, xp.float32)",
      {"test_unscale_example": "the division by the scale ran in float16",
       "hidden_unscale": "the division by the scale ran in float16"}),
-    ("unscale", "finite = all(bool(np.isfinite(g).all()) for g in grads)",
+    ("unscale", "finite = all(bool(xp.all(xp.isfinite(g))) for g in grads)",
      "finite = np.all([np.isfinite(g).all() for g in grads])", {"test_unscale_example": "must be a Python bool"}),
-    ("unscale", "finite = all(bool(np.isfinite(g).all()) for g in grads)", "finite = bool(np.isfinite(grads[0]).all())",
+    ("unscale", "finite = all(bool(xp.all(xp.isfinite(g))) for g in grads)", "finite = bool(xp.all(xp.isfinite(grads[0])))",
      {"test_unscale_example": "The overflow check is wrong", "hidden_unscale": "The overflow check is wrong"}),
     ("update_loss_scale", "return max(scale / factor, min_scale), 0, False", "return scale / factor, 0, False",
      {"test_state_example": "only your new scale is wrong", "hidden_state_machine": "only your new scale is wrong"}),
@@ -81,3 +83,17 @@ def test_source_functions_equal_the_reference_in_process():
     (g1,), f1 = ns["unscale_gradients"](grads, 1024.0)
     (g2,), f2 = mp.unscale_gradients(grads, 1024.0)
     assert f1 == f2 and np.array_equal(g1, g2)
+
+
+def test_the_tests_run_on_pytorch_tensors_in_process(monkeypatch):
+    from notebook_tools import run_cells
+
+    monkeypatch.setenv("LAB_DEVICE", "torch")
+    assert all(error is None for error in run_cells(read_nb(SOURCE), skip=("demo",)).values())
+    through_numpy = edit_cell(read_nb(SOURCE), "unscale", replacing(
+        "grads = [xp.astype(g, xp.float32) / scale for g in scaled_grads]",
+        "grads = [np.asarray(g, dtype=np.float32) / np.float32(scale) for g in scaled_grads]"))
+    failed = {k: v for k, v in run_cells(through_numpy, skip=("demo",)).items() if v is not None}
+    assert set(failed) == {"test_unscale_example", "hidden_unscale"}, failed
+    for test_id, error in failed.items():
+        assert "(device torch)" in error and "ndarray" in error, (test_id, error)

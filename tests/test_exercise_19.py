@@ -14,6 +14,9 @@ tests/test_exercises.py's; the grading below is the session's one grading of thi
   with one, an identity that allreduces and divides by p, a row layer without g or without its
   bias, a bias gradient split over the ranks, a transposed weight gradient, an MLP that returns
   the partial input gradient) lose exactly the tests they should, each with its hint;
+* on PyTorch tensors (``LAB_DEVICE=torch``, what ``--device torch`` sets; the CPU stand-in for
+  ``gpu``) the source notebook passes every test, and an ``f`` that returns ``x.copy()`` (right
+  on NumPy) loses exactly the tests that call f, each failure naming the device;
 * the source notebook's layers are the reference's: its ``ParallelMLP``, built from
   ``reference_impl.parallel.tensor_parallel.shard_mlp``'s shards of the lab's GPT, gives the
   reference ``ParallelMLP``'s output, input gradient and shard gradients on 1 to 4 ranks.
@@ -110,6 +113,21 @@ def test_plausible_wrong_solutions_lose_the_right_tests_in_process(cell, edit, a
     for test_id, test in tests.items():  # every failure fits the grader's line, its note included
         if not test["passed"]:
             assert not test["hint"].endswith("..."), (test_id, test["hint"])
+
+
+def test_the_tests_run_on_pytorch_tensors_in_process(monkeypatch):
+    from notebook_tools import run_cells
+
+    monkeypatch.setenv("LAB_DEVICE", "torch")
+    assert all(error is None for error in run_cells(read_nb(SOURCE), skip=("demo",)).values())
+    numpy_only = edit_cell(read_nb(SOURCE), "f_and_g", replacing(
+        "return x  # nothing to send: x is replicated", "return x.copy()  # nothing to send: x is replicated"))
+    outcome = run_cells(numpy_only, skip=("demo",))
+    failed = {test_id: error for test_id, error in outcome.items() if error is not None}
+    assert set(failed) == CONJ | MLP | {"hidden_mlp_traffic"}, outcome
+    for test_id, error in failed.items():
+        assert "(device torch): expected a result, found AttributeError" in error, (test_id, error)
+        assert "has no attribute 'copy'" in error, (test_id, error)
 
 
 @pytest.mark.parametrize("ranks", [1, 2, 3, 4])

@@ -1,15 +1,18 @@
-"""``python -m grader check --device cpu|gpu|strict``: the hidden tests run on that array namespace.
+"""``python -m grader check --device cpu|gpu|torch|strict``: the hidden tests run on that array namespace.
 
-Exercise 01 declares ``lab.devices = ["cpu", "gpu", "strict"]``. On ``strict``
+Exercise 01 declares ``lab.devices = ["cpu", "gpu", "torch", "strict"]``. On ``strict``
 (``array_api_strict``: only the array API standard, on the CPU) the learner's functions get
-arrays that have no NumPy-only methods, which is how this machine, without a GPU, proves
-that code graded full marks there would also run on CuPy. Checked here:
+arrays that have no NumPy-only methods, and on ``torch`` they get PyTorch tensors (through
+array-api-compat: a second library, the one ``gpu`` falls back to on CUDA), which is how
+this machine, without a GPU, proves that code graded full marks there would also run on the
+GPU namespace. Checked here:
 
-* the source notebook of 01 scores full marks on ``strict``, and the report names the device;
+* the source notebook of 01 scores full marks on ``strict`` and on ``torch``, and the report
+  names the device;
 * a solution that copies with the NumPy-only ``.copy()`` scores full marks on ``cpu`` but, on
   ``strict``, loses exactly the tests that call it, with a hint naming the missing ``copy``;
 * a device an assignment does not list is refused before grading, in one line;
-* ``--device gpu`` without a usable CuPy/GPU is refused with the backend's own reason.
+* ``--device gpu`` without a usable GPU is refused, saying there is none and why.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ def runs(tmp_path_factory) -> dict[str, Any]:
     numpy_only = write_nb(work / "numpy_only" / SOURCE.name, numpy_only_solution())
     started = {
         "source_strict": start_check(work, "source_strict", SOURCE, "--device", "strict"),
+        "source_torch": start_check(work, "source_torch", SOURCE, "--device", "torch"),
         "numpy_only_cpu": start_check(work, "numpy_only_cpu", numpy_only, "--device", "cpu"),
         "numpy_only_default": start_check(work, "numpy_only_default", numpy_only),
         "numpy_only_strict": start_check(work, "numpy_only_strict", numpy_only, "--device", "strict"),
@@ -66,6 +70,13 @@ def test_source_scores_full_marks_on_strict(runs):
     assert [t["id"] for t in result["tests"] if not t["passed"]] == []
     assert result["score"] == result["max_score"] == MAX_SCORE
     assert result["isolation"]["device"] == "strict (array_api_strict)"
+
+
+def test_source_scores_full_marks_on_pytorch_tensors(runs):
+    result = runs["source_torch"]
+    assert [t["id"] for t in result["tests"] if not t["passed"]] == []
+    assert result["score"] == result["max_score"] == MAX_SCORE
+    assert result["isolation"]["device"] == "torch (PyTorch CPU)"
 
 
 def test_numpy_only_call_passes_on_cpu_and_fails_on_strict(runs):
@@ -117,6 +128,7 @@ def test_device_gpu_without_cupy_gives_the_backend_reason(tmp_path):
         reason = str(exc)
     else:
         pytest.skip("CuPy and a GPU are usable here: --device gpu would grade")
+    assert reason.startswith("device='gpu' asked for, but this machine has no usable GPU: "), reason
     run = Started("check", str(SOURCE), "--device", "gpu", "--feedback-dir", "fb", cwd=tmp_path).wait()
     assert run.returncode == 2
     assert run.stderr == f"grader: --device gpu refused: {reason}\n"

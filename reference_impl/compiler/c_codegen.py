@@ -1,5 +1,7 @@
 """C target: a frozen, optimised graph as one C function with the weights compiled in.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 The generated library exports ``int graph_main(int64_t n, const float *x0, ..., float *y0, ...)``:
 ``n`` is the batch size (the one dimension allowed to be unknown, ``None``, at build time),
 ``x*`` the feeds and ``y*`` the fetches, all C-contiguous float32. It returns 0, or 1 if the

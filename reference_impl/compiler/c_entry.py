@@ -1,5 +1,7 @@
 """The crossing from Python into the generated C, written in C: a tiny CPython extension.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 For a small model at batch 1 the compiled graph runs for a few microseconds, and calling it
 through ``ctypes`` costs about as much again: Python code has to check the feeds, find their
 addresses (or copy them into buffers whose addresses it knows), convert the arguments, and

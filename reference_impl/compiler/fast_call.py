@@ -1,5 +1,7 @@
 """The fast path of a call into the generated C: what ``CompiledFunction.fast_call`` is.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 ``CompiledFunction.__call__`` checks the feeds in Python and calls ``graph_main`` through
 ``ctypes`` (``jit.CRunner``). For a small model at batch 1 the compiled code runs for a few
 microseconds and that crossing costs about as much again, so ``jit`` (unless ``fast=False`` or

@@ -1,5 +1,7 @@
 """The fast path of the C target: matmul kernels tuned for the CPU, beside ``c_codegen``'s plain ones.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 ``c_codegen`` teaches the three forms (``EMITTERS``: dense, csr, unrolled) in their simplest
 loops. ``FAST_EMITTERS`` is that table with the kernels that make the deploy benchmark's
 figures, which ``jit`` uses by default:

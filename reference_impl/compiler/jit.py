@@ -1,5 +1,7 @@
 """``jit``: freeze a session's graph, optimise it for inference, generate code, return a callable.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
     f = jit(sess, [logits], [x], target="c")
     (y,) = f(batch)               # same values as sess.run([logits], {x: batch})
     print(f.source)               # the generated C (or NumPy) source
@@ -39,6 +41,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from reference_impl.backend import require_numpy
 from reference_impl.graph import (Graph, GraphError, Session, Tensor, common_subexpression_elimination,
                                   constant_folding, dead_node_removal, optimize)
 
@@ -173,6 +176,7 @@ class CompiledFunction:
         if len(arrays) != len(self.feed_specs):
             raise TypeError(f"expected {len(self.feed_specs)} feed arrays "
                             f"({', '.join(n for n, _, _ in self.feed_specs)}), got {len(arrays)}")
+        require_numpy("reference_impl.compiler (a compiled function: NumPy source or C)", *arrays)
         out, n = [], None
         for a, (name, shape, dtype) in zip(arrays, self.feed_specs):
             a = np.asarray(a)

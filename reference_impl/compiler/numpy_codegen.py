@@ -1,5 +1,7 @@
 """NumPy target: a frozen, optimised graph as one straight-line Python function.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 No interpreter runs at call time: no ready queue, no per-op dictionary lookups, no
 dispatch through the registry; each op is one line of NumPy. The constants (weights) are
 globals of the generated module, named after their op, so the source stays short enough to

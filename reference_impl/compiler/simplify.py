@@ -1,5 +1,7 @@
 """Algebraic simplification: rewrite ops whose result is already known to be one of their inputs.
 
+NumPy-only: the compiler's targets are NumPy source and C compiled for host memory.
+
 The rules, each valid only when the result has the same static shape and dtype as the
 input it is replaced by (``x * ones(...)`` that *broadcasts* x to a larger shape is kept):
 

@@ -1,5 +1,7 @@
 """The Python side of the C ABI in ``lab_op.h``: check arrays, describe them to C, call, raise.
 
+NumPy-only: C kernels read host memory through NumPy buffers.
+
 A kernel receives raw pointers, so everything that makes a pointer safe to follow is checked
 here, before the call: the dtype (C reads bytes, it cannot tell float32 from float64), the
 rank, the alignment, and the layout.  An input declared ``layout="contiguous"`` must be

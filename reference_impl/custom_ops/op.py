@@ -1,5 +1,7 @@
 """Declaring a custom op: its interface in Python, its kernel in C, one registry entry.
 
+NumPy-only: C kernels read host memory through NumPy buffers.
+
 This is TensorFlow's split in small.  ``REGISTER_OP`` declares the *op* (inputs, output,
 attributes, shape function) and ``REGISTER_KERNEL_BUILDER`` attaches a *kernel* per device
 and type; ``tf.load_op_library`` loads the compiled ``.so``.  Here ``CustomOp(...)`` is the
@@ -20,6 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import reference_impl.graph as graph
+from reference_impl.backend import require_numpy
 from reference_impl.graph import ShapeError, apply_op  # apply_op: the graph-or-eager dispatch
 from reference_impl.toolchain import CompileError, ToolchainError, build_shared_library, load_library
 
@@ -153,6 +156,7 @@ class CustomOp:
         return (None if out is None else tuple(out)), (t if self.output_dtype == "T" else self.output_dtype)
 
     def _kernel(self, xs: list, attrs: dict, state: dict) -> np.ndarray:
+        require_numpy(f"reference_impl.custom_ops (custom op {self.name!r}: a C kernel on host memory)", *xs)
         t = self._element_type([abi.dtype_name(x) for x in xs])
         for spec, where, x in zip(self.inputs, self._where, xs):
             abi.check_array(where, x, t if spec.dtype == "T" else spec.dtype, spec.ndim, spec.layout)

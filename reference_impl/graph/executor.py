@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..backend import namespace_of
 from .core import Graph, GraphError, Operation
 from .ops import Uninitialised
 from .partition import control_value
@@ -104,7 +105,7 @@ def execute(graph: Graph, feeds: dict[str, np.ndarray], fetches: list[str], stat
                         if isinstance(v, Uninitialised):
                             raise v.error() from None
                     raise GraphError(f"{op.type} op {op.name!r} failed: {e}") from e
-                values[op] = out if out is None or isinstance(out, (np.ndarray, Uninitialised)) else np.asarray(out)
+                values[op] = out if out is None or isinstance(out, (np.ndarray, Uninitialised)) else _array(out)
             for t in op.inputs:  # free each input after its last consumer
                 uses[t.op] -= 1
                 if uses[t.op] == 0 and t.op not in fetched:
@@ -128,5 +129,18 @@ def execute(graph: Graph, feeds: dict[str, np.ndarray], fetches: list[str], stat
         v = values[op]
         if isinstance(v, Uninitialised):
             raise v.error()
-        results.append(v.copy() if get_op_def(op.type).reads_state and v is not None else v)
+        results.append(_copy(v) if get_op_def(op.type).reads_state and v is not None else v)
     return results
+
+
+def _array(out: Any) -> Any:
+    """A kernel's result as an array: an array of any namespace as it is (a device's kernels
+    return the device's arrays), a NumPy scalar or Python number as a 0-d NumPy array."""
+    if isinstance(out, np.generic) or not hasattr(out, "shape"):
+        return np.asarray(out)
+    return out
+
+
+def _copy(v: Any) -> Any:
+    """A copy of array ``v`` (a fetched variable must not change when the variable does)."""
+    return v.copy() if isinstance(v, np.ndarray) else namespace_of(v).asarray(v, copy=True)

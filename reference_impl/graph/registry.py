@@ -4,9 +4,12 @@ Adding an op is one ``register`` call, with keyword arguments, naming three func
 
 * ``infer(shapes, dtypes, attrs) -> (shape, dtype)``: static shape/dtype inference, run when
   the op is added to a graph (and in eager mode), so mistakes show up at build time;
-* ``kernel(inputs, attrs, state) -> array``: computes the output from NumPy arrays (``state``
-  is the variable store, used only by stateful ops); ``numpy_kernel(np.add)`` makes the
-  kernel of an op that is one NumPy function of its inputs;
+* ``kernel(inputs, attrs, state) -> array``: computes the output from the input arrays
+  (``state`` is the variable store, used only by stateful ops). A built-in kernel asks its
+  inputs for their namespace (``xp = backend.namespace_of(...)``) and uses only the array
+  API standard, so one kernel runs on NumPy, a GPU, PyTorch tensors or ``array_api_strict``;
+  ``array_kernel("add")`` makes the kernel of an op that is one standard function of its
+  inputs, and ``numpy_kernel(np.add)`` the kernel of a NumPy-only op (custom ops);
 * ``grad(op, grad) -> list``: builds the gradient for each input out of other ops (``None``
   for an input that gets no gradient), the shape of TensorFlow's ``@RegisterGradient``
   functions. ``grad=None`` means "not differentiable": asking for a gradient through such
@@ -19,7 +22,7 @@ For example, in ``ops/math.py``::
         a, b = op.inputs
         return [sum_to(grad, a), sum_to(grad, b)]
 
-    register("Add", infer=_binary_infer, kernel=numpy_kernel(np.add), grad=_add_grad)
+    register("Add", infer=_binary_infer, kernel=array_kernel("add"), grad=_add_grad)
 
 Every built-in op is registered in ``graph/ops/``; code elsewhere only applies them.
 
@@ -38,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..backend import namespace_of
 from .core import GraphError
 
 
@@ -69,6 +73,15 @@ def register(type: str, *, infer: Callable, kernel: Callable, grad: Callable | N
         raise GraphError(f"op type {type!r} is already registered")
     REGISTRY[type] = OpDef(type, infer, kernel, grad, stateful, num_outputs, reads_state, updates_variable)
     return REGISTRY[type]
+
+
+def array_kernel(name: str) -> Callable:
+    """The kernel of an op that is one array-API function ``name`` of its inputs, looked up
+    on the inputs' own namespace: ``xp.add(a, b)`` with ``xp`` NumPy, CuPy, PyTorch ..."""
+    def kernel(inputs: list, attrs: dict, state: dict) -> Any:
+        return getattr(namespace_of(*inputs), name)(*inputs)
+    kernel.__name__ = kernel.__qualname__ = f"array_kernel({name})"
+    return kernel
 
 
 def numpy_kernel(fn: Callable) -> Callable:

@@ -8,6 +8,13 @@ a list of names, the signature's optimised graph is looked up, the one ``executo
 (the same one the distributed workers run), and the values go back into the structure the
 caller passed.  Variable values live in the session, so two sessions on one graph have
 separate state, as in TensorFlow.
+
+A session runs on one array namespace, ``device`` (``backend.get_namespace``: "cpu" is
+NumPy, the default; "gpu", "torch", "strict"). The kernels are array-API code that follows
+its inputs, so placing a graph on a device is only putting its inputs there: the feeds go
+through ``xp.asarray``, and each compiled signature holds its constants as ``xp`` arrays,
+moved once, as TensorFlow keeps a constant in the memory of the device its op runs on.
+Fetched values are arrays of that namespace (``backend.to_numpy`` brings them back).
 """
 from __future__ import annotations
 
@@ -16,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import backend
 from .core import Graph, GraphError, Operation, Tensor, get_default_graph
 from .executor import execute
 from .ops import Variable
@@ -39,11 +47,14 @@ class Session:
 
     ``optimize=False`` skips CSE and constant folding (pruning always happens); ``debug=True``
     prints what each pass did when a signature is compiled (also kept in ``last_report``).
+    ``device`` names the array namespace the graph runs on (see the module's docstring).
     """
 
-    def __init__(self, graph: Graph | None = None, optimize: bool = True, debug: bool = False) -> None:
+    def __init__(self, graph: Graph | None = None, optimize: bool = True, debug: bool = False,
+                 device: str = "cpu") -> None:
         self.graph = graph or get_default_graph()
         self.optimize, self.debug = optimize, debug
+        self.device, self.xp = device, backend.get_namespace(device)
         self._state: dict[str, np.ndarray] = {}
         self._plans: dict[tuple, _Plan] = {}
         self._closed = False
@@ -105,10 +116,11 @@ class Session:
                 raise GraphError(f"feed_dict keys must be placeholders, got {key!r}")
             if t.op.type != "Placeholder":
                 raise GraphError(f"cannot feed {t.name}: only placeholders can be fed, it is a {t.op.type}")
-            arr = np.asarray(value, dtype=t.dtype)
+            arr = (np.asarray(value, dtype=t.dtype) if backend.is_numpy(self.xp)
+                   else self.xp.asarray(value, dtype=backend.dtype(self.xp, t.dtype)))
             if t.shape is not None and (arr.ndim != len(t.shape) or any(
                     d is not None and d != a for d, a in zip(t.shape, arr.shape))):
-                raise GraphError(f"value of shape {arr.shape} fed to {t.name}, which has shape {t.shape}")
+                raise GraphError(f"value of shape {tuple(arr.shape)} fed to {t.name}, which has shape {t.shape}")
             feeds[t.op.name] = arr
         return feeds
 
@@ -121,6 +133,8 @@ class Session:
             if self.debug:
                 for name, before, after in report:
                     print(f"[Session] {name}: {before} -> {after} ops")
+            if not backend.is_numpy(self.xp):
+                _place_constants(graph, self.xp)
             self._plans[key] = _Plan(graph, report)
         return self._plans[key]
 
@@ -135,3 +149,11 @@ class Session:
         plan = self._plan(tuple(sorted({name.partition(":")[0] for name in names})), tuple(sorted(feeds)))
         self.last_report = plan.report
         return self._rebuild(template, execute(plan.graph, feeds, names, self._state))
+
+
+def _place_constants(graph: Graph, xp: Any) -> None:
+    """Hold every ``Const`` of a compiled signature's graph (the session's own copy) as an
+    array of ``xp``: the values move to the device once, not at every run."""
+    for op in graph.operations:
+        if op.type == "Const":
+            op.attrs = {**op.attrs, "value": xp.asarray(op.attrs["value"])}

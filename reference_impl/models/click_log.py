@@ -1,5 +1,7 @@
 """A synthetic click log whose true model is known, for any number of distinct ids.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Each example has ``n_fields`` categorical features (think user, ad, site, ...). Field
 ``f`` draws a rank ``r`` from a Zipf-like law over ``vocab_size`` values (a few ids are
 very common, most are rare, as in real logs) and the feature id is the 64-bit hash of

@@ -1,5 +1,7 @@
 """Feature columns: how raw features (numbers, strings, ids) become model inputs.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The names follow TensorFlow's ``tf.feature_column``. A column reads one key (or several)
 from a batch ``features: dict[str, array]`` and produces either
 

@@ -1,5 +1,7 @@
 """The training problem of the consistency simulations: hashed logistic regression on a click log.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 ``ps.consistency.simulate`` trains it under BSP, ASP, SSP, backup workers and EASGD. The
 click log's ids are hashed into ``n_buckets`` weights (one small parameter vector, so EASGD
 can keep a copy per worker), and a held-out sample gives the test log-loss and the Bayes

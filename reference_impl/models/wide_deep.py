@@ -1,5 +1,7 @@
 """Wide & Deep (Cheng et al., 2016): a linear model and an MLP trained jointly.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
     logit = wide(x) + deep(x) + b
 
 * **wide**: one weight per id of its categorical and *crossed* columns, summed. A crossed

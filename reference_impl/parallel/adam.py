@@ -1,5 +1,7 @@
 """Adam in NumPy, in place, with one scratch array: the optimiser whose state ZeRO shards.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Adam (Kingma & Ba 2015, as ``torch.optim.Adam`` computes it) keeps two arrays per parameter,
 the moving averages ``m`` of the gradient and ``v`` of its square::
 
@@ -21,6 +23,9 @@ import math
 from typing import Mapping
 
 import numpy as np
+from ..backend import require_numpy
+
+_MODULE = "reference_impl.parallel.adam"  # NumPy-only: other arrays are refused, naming it
 
 
 class Adam:
@@ -41,6 +46,7 @@ class Adam:
 
     def step(self, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray]) -> None:
         """One update of every parameter that has a gradient."""
+        require_numpy(_MODULE, *params.values(), *grads.values())
         self.init_state(params)
         self.t += 1
         b1, b2 = self.betas

@@ -1,5 +1,7 @@
 """A character-level corpus from text every Python installation ships: standard-library docstrings.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A language model needs text, and nothing may be downloaded, so the corpus is the docstrings
 of a fixed, sorted list of standard-library modules (the module's own docstring, then its
 public classes' and functions' docstrings in name order), read with ``inspect.getdoc``. The

@@ -1,5 +1,7 @@
 """Expert parallelism: the ``E`` experts of a MoE layer spread over ``ep`` ranks, tokens moved by all-to-all.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **Layout** (GShard, Lepikhin et al., arXiv:2006.16668, sec. 2.2-3; Megatron-LM
 ``megatron/core/transformer/moe/moe_layer.py``, ``MoELayer``): rank ``r`` of the expert-parallel
 group holds experts ``[r E/ep, (r+1) E/ep)`` (``E % ep == 0``: Megatron asserts
@@ -63,9 +65,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator, allreduce, alltoall, alltoallv
 from . import moe
 from .moe import EXPERT_PARAMS, MoEConfig
+
+_MODULE = "reference_impl.parallel.expert_parallel"  # NumPy-only: other arrays are refused, naming it
 
 
 def check_divisible(n_experts: int, ep: int) -> int:
@@ -79,6 +84,7 @@ def check_divisible(n_experts: int, ep: int) -> int:
 
 def shard_experts(params: Mapping[str, np.ndarray], rank: int, ep: int) -> dict[str, np.ndarray]:
     """Rank ``rank``'s parameters: the router (replicated) and its ``E/ep`` experts (copies)."""
+    require_numpy(_MODULE, *params.values())
     E = params["wg"].shape[0]
     n = check_divisible(E, ep)
     if not 0 <= rank < ep:
@@ -135,6 +141,7 @@ class ExpertParallelMoE:
     # -------------------------------------------------------------- forward
     # --8<-- [start:forward]
     def forward(self, x: np.ndarray) -> np.ndarray:
+        require_numpy(_MODULE, x)
         cfg, ep, C = self.cfg, self.comm.size, self.cfg.n_embd
         if x.ndim != 2 or x.shape[1] != C:
             raise ValueError(f"ExpertParallelMoE on rank {self.comm.rank}: x must be (tokens, {C}), got {x.shape}")

@@ -1,5 +1,7 @@
 """fp8 matrix products with per-tensor delayed scaling, as NVIDIA Transformer Engine's recipe does them.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Two 8-bit formats, real ``ml_dtypes`` arrays (``ml_dtypes.finfo``):
 
 * **E4M3** (``float8_e4m3fn``): 4 exponent bits, 3 mantissa bits, largest 448, smallest
@@ -59,7 +61,10 @@ from typing import Mapping
 import ml_dtypes
 import numpy as np
 
+from ..backend import require_numpy
 from .low_precision import LOW, as_low
+
+_MODULE = "reference_impl.parallel.fp8"  # NumPy-only: other arrays are refused, naming it
 
 E4M3 = np.dtype(ml_dtypes.float8_e4m3fn)
 E5M2 = np.dtype(ml_dtypes.float8_e5m2)
@@ -157,6 +162,7 @@ def quantize(x: np.ndarray, scale: float, dtype, *, name: str = "tensor",
     to +-``fp8_max`` or, with ``overflow="raise"``, an ``FP8OverflowError``), ``underflow``
     (non-zero values that became 0) and ``nonzero``. A non-finite ``x`` always raises.
     """
+    require_numpy(_MODULE, x)
     dtype = np.dtype(dtype)
     fmax = FP8_MAX[dtype]
     x32 = np.asarray(x.view(np.ndarray) if isinstance(x, np.ndarray) else x).astype(np.float32)

@@ -1,5 +1,7 @@
 """ZeRO stage 3 / FSDP: gather a layer, run it, free it; prefetch the next gather; reduce-scatter.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A stage-3 rank holds only its slice of every unit (``zero.Unit``: one layer's parameters,
 flat and padded). One training step is ``2 (L + 2)`` computations, each of one layer::
 
@@ -34,8 +36,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..backend import require_numpy
 from . import memory as mm
 from . import transformer as tf
+
+_MODULE = "reference_impl.parallel.fsdp"  # NumPy-only: other arrays are refused, naming it
 
 if TYPE_CHECKING:
     from .zero import ZeroTrainer
@@ -50,6 +55,7 @@ def compute_order(config: tf.GPTConfig) -> list[tuple[str, str]]:
 # --8<-- [start:schedule]
 def fsdp_step(t: "ZeroTrainer", tokens: np.ndarray, targets: np.ndarray) -> float:
     """Forward and backward of one stage-3 step; afterwards ``t.gshard`` holds the summed gradient slices."""
+    require_numpy(_MODULE, tokens, targets)
     config, order = t.config, compute_order(t.config)
     gathered: dict[int, np.ndarray] = {}
 

@@ -1,5 +1,7 @@
 """Hybrid parallelism: the GPT trained on a ``dp x tp x pp`` process grid, equal to single-rank training.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **What.** Each strategy of this room answers one limit: tensor parallelism (TP) splits the
 matrices of every layer when one layer's work or memory is too big for a device; pipeline
 parallelism (PP) splits the layers when the model is too deep to fit; data parallelism (DP)
@@ -79,6 +81,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator, allreduce
 from ..train.pipeline_parallel import gpipe_schedule, split_layers
 from . import tensor_parallel_model as tpm
@@ -87,6 +90,8 @@ from .adam import Adam
 from .process_grid import GridLayout, ProcessGrid
 from .vocab_parallel import cross_entropy_comm_bytes, embedding_comm_bytes, padded_vocab
 from .zero import local_batch
+
+_MODULE = "reference_impl.parallel.hybrid"  # NumPy-only: other arrays are refused, naming it
 
 
 def stage_layers(config: tf.GPTConfig, pp: int, stage: int) -> range:
@@ -130,6 +135,7 @@ class HybridTrainer:
 
     def __init__(self, grid: ProcessGrid, config: tf.GPTConfig, params: Mapping[str, np.ndarray], *,
                  lr: float = 1e-3, microbatches: int = 1, sequence_parallel: bool = False):
+        require_numpy(_MODULE, *params.values())
         tpm.check_tensor_parallel(config, grid.tp, grid.world.rank)
         self.grid, self.config, self.m, self.sp = grid, config, microbatches, sequence_parallel
         stage = grid.coords.pp
@@ -152,6 +158,7 @@ class HybridTrainer:
 
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """Forward, backward, gradient reductions and Adam on this replica's rows; the global batch's mean loss."""
+        require_numpy(_MODULE, tokens, targets)
         t0 = time.perf_counter()
         grid, cfg, m, sp = self.grid, self.config, self.m, self.sp
         tp, pipe, s, last = grid.tp_group, grid.pp_group, grid.coords.pp, grid.pp - 1

@@ -1,5 +1,7 @@
 """Low precision: bf16 and float16 compute with float32 master weights, measured on the transformer.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The arrays are real 16-bit arrays: ``ml_dtypes.bfloat16`` (8 exponent bits, 7 stored mantissa
 bits: float32's range, 3 significant decimal digits) and NumPy's ``float16`` (5 exponent bits,
 10 mantissa bits: 65504 at most, 6e-8 at least). Nothing is simulated by rounding by hand.
@@ -44,10 +46,13 @@ import numpy as np
 
 from reference_impl.train.mixed_precision import unscale_gradients, update_loss_scale
 
+from ..backend import require_numpy
 from . import corpus
 from . import transformer as tf
 from .adam import Adam
 from .memory import OPTIMIZER_SLOTS, PRECISIONS
+
+_MODULE = "reference_impl.parallel.low_precision"  # NumPy-only: other arrays are refused, naming it
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
@@ -160,6 +165,7 @@ def _store(result, store, out):
 
 def as_low(x: np.ndarray, dtype) -> np.ndarray:
     """``x`` rounded to ``dtype``: a ``LowPrecisionArray`` for bf16/fp16, a plain array otherwise."""
+    require_numpy(_MODULE, x)
     dtype = np.dtype(dtype)
     y = np.asarray(x).astype(dtype)
     return y.view(LowPrecisionArray) if dtype in LOW else y

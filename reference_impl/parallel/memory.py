@@ -1,5 +1,7 @@
 """Where a training step's bytes go: parameters, gradients, optimiser state, activations, temporaries.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A model "does not fit" when one rank's bytes exceed its device memory. Those bytes have five
 parts, and each memory-saving strategy attacks one of them:
 

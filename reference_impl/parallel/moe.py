@@ -1,5 +1,7 @@
 """Mixture of experts (MoE): a router sends every token to ``k`` of ``E`` expert MLPs.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **What.** A transformer's MLP is replaced by ``E`` MLPs ("experts") and a router. Token
 ``x_t`` (a row of ``x``, shape ``(T, C)``) goes to its ``k`` best experts only::
 
@@ -92,7 +94,10 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from .transformer import ACTIVATIONS, _gelu, _gelu_backward, _weight_grad
+
+_MODULE = "reference_impl.parallel.moe"  # NumPy-only: other arrays are refused, naming it
 
 DROP_POLICIES = ("position", "probs")
 EXPERT_PARAMS = ("c_fc.weight", "c_fc.bias", "c_proj.weight", "c_proj.bias")
@@ -366,6 +371,7 @@ def moe_forward(params: Mapping[str, np.ndarray], x: np.ndarray, cfg: MoEConfig,
 
     The caller's loss is ``L(x + y) + cache.routing.aux_loss + cache.routing.z_loss``.
     """
+    require_numpy(_MODULE, x, *params.values())
     if x.ndim != 2 or x.shape[1] != cfg.n_embd:
         raise ValueError(f"MoE: x must be (tokens, n_embd={cfg.n_embd}), got shape {x.shape}")
     routing = route(params["wg"], x, cfg, group_sizes, fixed)

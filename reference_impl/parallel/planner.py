@@ -1,5 +1,7 @@
 """The parallel layout planner: which (dp, tp, pp, ep, ZeRO, micro-batch, SP, recompute) to train with.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **The question.** "Train a 70B model on 1024 GPUs: how do you lay it out?" Every answer is a
 *layout*: tensor parallelism ``tp`` (Megatron-LM's split of each layer's matrices), pipeline
 parallelism ``pp`` (consecutive layers on consecutive stages, the 1F1B schedule), data

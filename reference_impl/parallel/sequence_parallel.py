@@ -1,5 +1,7 @@
 """Sequence parallelism: the tensor-parallel group also splits the LayerNorms' tokens.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models",
 arXiv:2205.05198, section 4.2.2 (figure 5). The real code: ``NVIDIA/Megatron-LM``,
 ``megatron/core/tensor_parallel/mappings.py`` (``scatter_to_sequence_parallel_region``,
@@ -64,9 +66,12 @@ from typing import Callable
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator, allgather, reduce_scatter
 from .tensor_parallel import f_backward, f_forward, g_backward, g_forward
 from .transformer import GPTConfig
+
+_MODULE = "reference_impl.parallel.sequence_parallel"  # NumPy-only: other arrays are refused, naming it
 
 
 # ------------------------------------------------------------------ the three sequence primitives
@@ -83,6 +88,7 @@ def check_sequence_split(T: int, p: int, op: str, rank: int | None = None) -> in
 
 def split_sequence(comm: Communicator, x: np.ndarray) -> np.ndarray:
     """This rank's rows ``[r T/p, (r+1) T/p)`` of ``x`` ``(B, T, C)`` (a contiguous copy); no communication."""
+    require_numpy(_MODULE, x)
     n = check_sequence_split(x.shape[1], comm.size, "split_sequence", comm.rank)
     if comm.size == 1:
         return x
@@ -92,6 +98,7 @@ def split_sequence(comm: Communicator, x: np.ndarray) -> np.ndarray:
 # --8<-- [start:sequence_collectives]
 def all_gather_sequence(comm: Communicator, x_shard: np.ndarray) -> np.ndarray:
     """``(B, T/p, C)`` shards -> the full ``(B, T, C)`` on every rank: ring all-gather of ``(p-1)/p`` of it."""
+    require_numpy(_MODULE, x_shard)
     if comm.size == 1:
         return x_shard
     B, n, C = x_shard.shape
@@ -102,6 +109,7 @@ def all_gather_sequence(comm: Communicator, x_shard: np.ndarray) -> np.ndarray:
 
 def reduce_scatter_sequence(comm: Communicator, x: np.ndarray) -> np.ndarray:
     """Sum ``(B, T, C)`` over the ranks and keep rows ``[r T/p, (r+1) T/p)``: ring reduce-scatter."""
+    require_numpy(_MODULE, x)
     n = check_sequence_split(x.shape[1], comm.size, "reduce_scatter_sequence", comm.rank)
     if comm.size == 1:
         return x

@@ -34,6 +34,9 @@ Gradients are those of the single-rank block up to the order the ring adds the p
 ``shard_mlp`` cuts a single-model parameter dict into a rank's shards (same names);
 ``unshard_mlp`` puts the ranks' shards (parameters or gradients) back together.
 
+The layers are array-API code (the tanh GELU included): shards and activations may be
+NumPy, GPU or PyTorch arrays, and the allreduces go through ``comm``, which follows them.
+
 The attention block, the other half of section 3 (``c_attn`` column-parallel by heads,
 ``attn.c_proj`` row-parallel, the same one allreduce each way), is in
 ``tensor_parallel_attention``, built from this module's ``f``/``g`` and linears.
@@ -50,6 +53,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..backend import namespace_of
 from ..comm import Communicator, allreduce
 from .transformer import _gelu, _gelu_backward, _weight_grad
 
@@ -82,7 +86,8 @@ def g_backward(comm: Communicator, dy: np.ndarray) -> np.ndarray:
 def _allreduce(comm: Communicator, x: np.ndarray) -> np.ndarray:
     if comm.size == 1:
         return x
-    return allreduce(comm, np.ascontiguousarray(x), algorithm="ring")
+    # NumPy: a strided view becomes one contiguous buffer to send; other libraries as they are
+    return allreduce(comm, np.ascontiguousarray(x) if isinstance(x, np.ndarray) else x, algorithm="ring")
 
 
 # ------------------------------------------------------------------ the two linears
@@ -103,7 +108,7 @@ class ColumnParallelLinear:
         return y
 
     def backward(self, dy: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        return dy @ self.weight, {"weight": _weight_grad(dy, x), "bias": dy.sum(axis=(0, 1))}
+        return dy @ self.weight, {"weight": _weight_grad(dy, x), "bias": namespace_of(dy).sum(dy, axis=(0, 1))}
 
 
 @dataclass
@@ -124,7 +129,7 @@ class RowParallelLinear:
 
     def backward(self, dy: np.ndarray, x_r: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         dy = g_backward(self.comm, dy)
-        return dy @ self.weight, {"weight": _weight_grad(dy, x_r), "bias": dy.sum(axis=(0, 1))}
+        return dy @ self.weight, {"weight": _weight_grad(dy, x_r), "bias": namespace_of(dy).sum(dy, axis=(0, 1))}
 # --8<-- [end:linears]
 
 
@@ -196,10 +201,11 @@ def shard_mlp(params: Mapping[str, np.ndarray], i: int, rank: int, p: int) -> di
     C4 = params[pre + "mlp.c_fc.weight"].shape[0]
     n = _check(C4, p, rank)
     sl = slice(rank * n, (rank + 1) * n)
-    return {pre + "mlp.c_fc.weight": params[pre + "mlp.c_fc.weight"][sl].copy(),
-            pre + "mlp.c_fc.bias": params[pre + "mlp.c_fc.bias"][sl].copy(),
-            pre + "mlp.c_proj.weight": params[pre + "mlp.c_proj.weight"][:, sl].copy(),
-            pre + "mlp.c_proj.bias": params[pre + "mlp.c_proj.bias"].copy()}
+    xp = namespace_of(params[pre + "mlp.c_fc.weight"])
+    return {pre + "mlp.c_fc.weight": xp.asarray(params[pre + "mlp.c_fc.weight"][sl, :], copy=True),
+            pre + "mlp.c_fc.bias": xp.asarray(params[pre + "mlp.c_fc.bias"][sl], copy=True),
+            pre + "mlp.c_proj.weight": xp.asarray(params[pre + "mlp.c_proj.weight"][:, sl], copy=True),
+            pre + "mlp.c_proj.bias": xp.asarray(params[pre + "mlp.c_proj.bias"], copy=True)}
 
 
 def unshard_mlp(shards: Sequence[Mapping[str, np.ndarray]], i: int) -> dict[str, np.ndarray]:
@@ -209,12 +215,14 @@ def unshard_mlp(shards: Sequence[Mapping[str, np.ndarray]], i: int) -> dict[str,
     ``c_proj.bias`` is replicated, so rank 0's is taken (the ranks' copies must agree).
     """
     pre = f"h.{i}."
-    full = {pre + "mlp.c_fc.weight": np.concatenate([s[pre + "mlp.c_fc.weight"] for s in shards], axis=0),
-            pre + "mlp.c_fc.bias": np.concatenate([s[pre + "mlp.c_fc.bias"] for s in shards], axis=0),
-            pre + "mlp.c_proj.weight": np.concatenate([s[pre + "mlp.c_proj.weight"] for s in shards], axis=1),
+    xp = namespace_of(shards[0][pre + "mlp.c_fc.weight"])
+    full = {pre + "mlp.c_fc.weight": xp.concat([s[pre + "mlp.c_fc.weight"] for s in shards], axis=0),
+            pre + "mlp.c_fc.bias": xp.concat([s[pre + "mlp.c_fc.bias"] for s in shards], axis=0),
+            pre + "mlp.c_proj.weight": xp.concat([s[pre + "mlp.c_proj.weight"] for s in shards], axis=1),
             pre + "mlp.c_proj.bias": shards[0][pre + "mlp.c_proj.bias"]}
-    for s in shards[1:]:
-        if not np.allclose(s[pre + "mlp.c_proj.bias"], full[pre + "mlp.c_proj.bias"], rtol=1e-12, atol=1e-12):
+    bias = full[pre + "mlp.c_proj.bias"]
+    for s in shards[1:]:  # np.allclose(..., rtol=1e-12, atol=1e-12), in the standard's terms
+        if not bool(xp.all(xp.abs(s[pre + "mlp.c_proj.bias"] - bias) <= 1e-12 + 1e-12 * xp.abs(bias))):
             raise ValueError(f"unshard_mlp: replicated h.{i}.mlp.c_proj.bias differs between ranks")
     return full
 
@@ -244,6 +252,7 @@ def reference_mlp(params: Mapping[str, np.ndarray], i: int, x: np.ndarray, dout:
     out = g @ params[pre + "c_proj.weight"].T + params[pre + "c_proj.bias"]
     dg = dout @ params[pre + "c_proj.weight"]
     dh = _gelu_backward(dg, h, activation)
-    grads = {pre + "c_fc.weight": _weight_grad(dh, x), pre + "c_fc.bias": dh.sum(axis=(0, 1)),
-             pre + "c_proj.weight": _weight_grad(dout, g), pre + "c_proj.bias": dout.sum(axis=(0, 1))}
+    xp = namespace_of(x)
+    grads = {pre + "c_fc.weight": _weight_grad(dh, x), pre + "c_fc.bias": xp.sum(dh, axis=(0, 1)),
+             pre + "c_proj.weight": _weight_grad(dout, g), pre + "c_proj.bias": xp.sum(dout, axis=(0, 1))}
     return out, dh @ params[pre + "c_fc.weight"], grads

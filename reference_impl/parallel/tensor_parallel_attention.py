@@ -1,5 +1,7 @@
 """Tensor parallelism of the transformer's attention block, Megatron-LM style: heads split over ranks.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The other half of Shoeybi et al., arXiv:1909.08053, section 3 (figure 3b); the real code is
 ``NVIDIA/Megatron-LM``'s ``megatron/core/transformer/attention.py`` (``linear_qkv`` is a
 ``ColumnParallelLinear``, ``linear_proj`` a ``RowParallelLinear``). The pieces (``f``, ``g``,
@@ -40,9 +42,12 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator
 from .tensor_parallel import ColumnParallelLinear, RowParallelLinear, f_backward, f_forward
 from .transformer import GPTConfig, _causal_mask, _heads, _weight_grad
+
+_MODULE = "reference_impl.parallel.tensor_parallel_attention"  # NumPy-only: other arrays are refused, naming it
 
 ATTN_NAMES = ("attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias")
 
@@ -107,6 +112,7 @@ class ParallelAttention:
                              f"3 x {self.n_head_local} heads x {self.head_dim}")
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        require_numpy(_MODULE, x)
         x = f_forward(self.comm, x)
         qkv = self.c_attn.forward(x)  # (B, T, 3n): [q | k | v] of this rank's heads
         y, att = _attention_forward(qkv, self.n_head_local, self.head_dim)
@@ -142,6 +148,7 @@ def _head_slices(C: int, n_head: int, rank: int, p: int) -> tuple[slice, list[sl
 def shard_attention(params: Mapping[str, np.ndarray], i: int, rank: int, p: int,
                     n_head: int) -> dict[str, np.ndarray]:
     """Rank ``rank``'s shards of block ``i``'s attention (copies), under the parameters' own names."""
+    require_numpy(_MODULE, *params.values())
     pre = f"h.{i}.attn."
     C = params[pre + "c_proj.weight"].shape[0]
     cols, rows = _head_slices(C, n_head, rank, p)

@@ -1,5 +1,7 @@
 """The whole GPT under Megatron tensor parallelism (optionally with sequence parallelism).
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Shoeybi et al., arXiv:1909.08053, section 3, and Korthikanti et al., arXiv:2205.05198,
 section 4.2.2. The real code: ``NVIDIA/Megatron-LM``'s
 ``megatron/core/transformer/transformer_layer.py`` (``TransformerLayer``: input LayerNorm,
@@ -74,6 +76,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator
 from .sequence_parallel import (
     all_gather_sequence,
@@ -93,6 +96,8 @@ from .vocab_parallel import (
     vocab_parallel_cross_entropy,
     vocab_range,
 )
+
+_MODULE = "reference_impl.parallel.tensor_parallel_model"  # NumPy-only: other arrays are refused, naming it
 
 LN_NAMES = ("ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias")
 
@@ -132,6 +137,7 @@ def shard_model(params: Mapping[str, np.ndarray], config: GPTConfig, rank: int, 
     block's attention by heads and MLP by columns/rows (``shard_attention``, ``shard_mlp``);
     ``wpe.weight``, the LayerNorms and the ``c_proj`` biases replicated.
     """
+    require_numpy(_MODULE, *params.values())
     check_tensor_parallel(config, p, rank)
     shards = {"wte.weight": shard_vocab(params["wte.weight"], rank, p), "wpe.weight": params["wpe.weight"].copy()}
     for i in range(config.n_layer):
@@ -217,6 +223,7 @@ class ParallelTransformerLayer:
 
     # --8<-- [start:layer_forward]
     def forward(self, x: np.ndarray) -> np.ndarray:
+        require_numpy(_MODULE, x)
         p = f"h.{self.i}."
         a1, xhat1, rstd1 = _layer_norm(x, self.shards[p + "ln_1.weight"], self.shards[p + "ln_1.bias"])
         x2 = self._sublayer_forward(self.attn, a1, self.attn_bias, "a1")
@@ -267,6 +274,7 @@ def embed_forward(comm: Communicator, shards: Mapping[str, np.ndarray], tokens: 
     parallelism: ``scatter_to_sequence_parallel_region``, no communication forward) and the cache
     for ``embed_backward``.
     """
+    require_numpy(_MODULE, tokens)
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or tokens.shape[1] > config.block_size:
         raise ValueError(f"embed_forward: tokens must be (B, T) with T <= block_size {config.block_size}, "

@@ -1,5 +1,7 @@
 """A small GPT in NumPy with a hand-written backward pass, one layer at a time.
 
+NumPy-only, except the tanh GELU, its gradient and ``_weight_grad`` (array-API code).
+
 Every memory-saving strategy of this room (activation recomputation, ZeRO, FSDP, low
 precision) is a statement about *which arrays a training step holds, and when*. To see those
 arrays, the model is written out by hand: a GPT-2-style decoder whose forward keeps an
@@ -57,9 +59,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
+
+from ..backend import namespace_of, require_numpy
+
+_MODULE = "reference_impl.parallel.transformer"  # NumPy-only: other arrays are refused, naming it
 
 LN_EPS = 1e-5
 ACTIVATIONS = ("gelu_tanh", "gelu")
@@ -187,15 +193,20 @@ _GELU_A = 0.044715
 
 
 def _gelu(h: np.ndarray, activation: str) -> np.ndarray:
-    """GELU of ``h``: tanh approximation ``0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))`` or exact."""
+    """GELU of ``h``: tanh approximation ``0.5 h (1 + tanh(sqrt(2/pi) (h + 0.044715 h^3)))`` or exact.
+
+    The tanh form is array-API code (``h`` of any namespace: the tensor-parallel MLP runs on
+    PyTorch and GPU arrays too); the exact form calls libm's erf, which the standard lacks,
+    so it is NumPy-only."""
     if activation == "gelu":
+        require_numpy("reference_impl.parallel.transformer (exact GELU: erf)", h)
         return (0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))).astype(h.dtype, copy=False)
     u = h * h
     u *= _GELU_A
     u += 1.0
     u *= h
     u *= _GELU_C
-    np.tanh(u, out=u)
+    u = _tanh_in_place(u)
     u += 1.0
     u *= h
     u *= 0.5
@@ -203,8 +214,9 @@ def _gelu(h: np.ndarray, activation: str) -> np.ndarray:
 
 
 def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray:
-    """``dg * gelu'(h)``."""
+    """``dg * gelu'(h)`` (array-API code for the tanh form, as ``_gelu``)."""
     if activation == "gelu":  # Phi(h) + h phi(h)
+        require_numpy("reference_impl.parallel.transformer (exact GELU: erf)", h)
         phi = np.exp(-0.5 * h * h) / math.sqrt(2.0 * math.pi)
         return (dg * (0.5 * (1.0 + _erf(h / math.sqrt(2.0))) + h * phi)).astype(h.dtype, copy=False)
     h2 = h * h
@@ -212,12 +224,13 @@ def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray
     t += 1.0
     t *= h
     t *= _GELU_C
-    np.tanh(t, out=t)
+    t = _tanh_in_place(t)
     h2 *= 3 * _GELU_A  # du/dh = c (1 + 3 a h^2)
     h2 += 1.0
     h2 *= _GELU_C
     s = t * t  # 0.5 h (1 - t^2) du/dh
-    np.subtract(1.0, s, out=s)
+    s *= -1.0
+    s += 1.0
     s *= h
     s *= h2
     s *= 0.5
@@ -228,6 +241,14 @@ def _gelu_backward(dg: np.ndarray, h: np.ndarray, activation: str) -> np.ndarray
     del s
     t *= dg
     return t
+
+
+def _tanh_in_place(u: Any) -> Any:
+    """``tanh(u)``, written over ``u`` where the library can (NumPy's ``out=``: one buffer less
+    for a (B, T, 4C) activation); the standard has no ``out=``, so elsewhere a new array."""
+    if isinstance(u, np.ndarray):
+        return np.tanh(u, out=u)
+    return namespace_of(u).tanh(u)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -255,6 +276,7 @@ def _heads(qkv: np.ndarray, n_head: int) -> tuple[np.ndarray, np.ndarray, np.nda
 # ------------------------------------------------------------------ per-layer forward
 def embed_forward(params: Mapping[str, np.ndarray], tokens: np.ndarray) -> np.ndarray:
     """``wte[tokens] + wpe[:T]``: the input of block 0, ``(B, T, C)``."""
+    require_numpy(_MODULE, tokens, *params.values())
     T = tokens.shape[1]
     x = params["wte.weight"][tokens]
     x += params["wpe.weight"][:T]
@@ -271,6 +293,7 @@ def block_forward(params: Mapping[str, np.ndarray], i: int, x: np.ndarray,
     ``(B, n_head, T, T)``), ``y`` (heads merged, input of attn.c_proj), ``xhat2, rstd2,
     a2`` (ln_2), ``h`` (c_fc output, input of GELU), ``g`` (GELU output, input of mlp.c_proj).
     """
+    require_numpy(_MODULE, x)
     p = f"h.{i}."
     B, T, C = x.shape
     a1, xhat1, rstd1 = _layer_norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
@@ -336,6 +359,7 @@ def forward(params: Mapping[str, np.ndarray], tokens: np.ndarray, targets: np.nd
     ``keep="inputs"``: activation recomputation; it holds only each block's input ``(B, T, C)``
     and ``backward`` recomputes the rest, one block at a time.
     """
+    require_numpy(_MODULE, tokens, targets)
     if keep not in KEEP:
         raise ValueError(f"forward: keep must be one of {KEEP}, got {keep!r}")
     tokens, targets = np.asarray(tokens), np.asarray(targets)
@@ -356,8 +380,9 @@ def forward(params: Mapping[str, np.ndarray], tokens: np.ndarray, targets: np.nd
 
 # ------------------------------------------------------------------ per-layer backward
 def _weight_grad(dout: np.ndarray, x_in: np.ndarray) -> np.ndarray:
-    """``dW = dout^T x`` over all ``B*T`` tokens for ``y = x @ W.T``: shape ``(out, in)``."""
-    return dout.reshape(-1, dout.shape[-1]).T @ x_in.reshape(-1, x_in.shape[-1])
+    """``dW = dout^T x`` over all ``B*T`` tokens for ``y = x @ W.T``: shape ``(out, in)`` (array-API code)."""
+    xp = namespace_of(dout, x_in)
+    return xp.reshape(dout, (-1, dout.shape[-1])).T @ xp.reshape(x_in, (-1, x_in.shape[-1]))
 
 
 def head_backward(params: Mapping[str, np.ndarray], head: dict) -> tuple[np.ndarray, dict[str, np.ndarray]]:

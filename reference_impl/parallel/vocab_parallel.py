@@ -1,5 +1,7 @@
 """Vocabulary-parallel embedding and cross-entropy, Megatron-LM style.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
 Parallelism", arXiv:1909.08053, section 3 (the input embedding and the tied output layer are
 split along the vocabulary, and the cross-entropy is fused with the output layer so that the
@@ -48,8 +50,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm import Communicator, allreduce
 from .tensor_parallel import _allreduce, g_backward, g_forward
+
+_MODULE = "reference_impl.parallel.vocab_parallel"  # NumPy-only: other arrays are refused, naming it
 
 
 # ------------------------------------------------------------------ sharding
@@ -70,6 +75,7 @@ def vocab_range(vocab_size: int, rank: int, p: int) -> tuple[int, int]:
 
 def shard_vocab(wte: np.ndarray, rank: int, p: int) -> np.ndarray:
     """Rank ``rank``'s rows ``[r Vp/p, (r+1) Vp/p)`` of ``wte`` ``(V, C)`` (a copy), padded with zero rows."""
+    require_numpy(_MODULE, wte)
     V = wte.shape[0]
     start, end = vocab_range(V, rank, p)
     shard = np.zeros((end - start,) + wte.shape[1:], dtype=wte.dtype)
@@ -97,6 +103,7 @@ class VocabParallelEmbedding:
     cache: dict = field(default_factory=dict, repr=False)
 
     def forward(self, tokens: np.ndarray) -> np.ndarray:
+        require_numpy(_MODULE, tokens)
         tokens = np.asarray(tokens)
         local = tokens - self.vocab_start
         outside = (local < 0) | (local >= self.weight.shape[0])
@@ -128,6 +135,7 @@ def vocab_parallel_cross_entropy(comm: Communicator, logits_shard: np.ndarray, t
     ``d(logits_shard) = (softmax - onehot) / N`` for the shard (``N`` tokens), no communication.
     Communication: three allreduces of ``N`` values forward (max, exp-sum, target logit).
     """
+    require_numpy(_MODULE, logits_shard, targets)
     shape = logits_shard.shape
     Vs = shape[-1]
     z = np.array(logits_shard, dtype=logits_shard.dtype).reshape(-1, Vs)  # a copy: becomes exp, then the gradient

@@ -1,5 +1,7 @@
 """ZeRO stages 1, 2 and 3 (FSDP): data parallelism that stops keeping N copies of everything.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **The idea.** Plain data parallelism (stage 0) keeps on each of N ranks the whole model state:
 the parameters (Ψ values), their gradients (Ψ) and Adam's two moments (2Ψ), and averages the
 gradients with an allreduce. Only the gradient needs the rank's own batch; the rest is the
@@ -68,6 +70,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..backend import require_numpy
 from ..comm.communicator import CommError, Communicator
 from ..comm.ring import ring_allgather, ring_allreduce, ring_reduce_scatter
 from ..train import checkpoint as ckpt
@@ -75,6 +78,8 @@ from ..train.data_parallel import CommThread, check_thread_support
 from . import corpus, fsdp
 from . import transformer as tf
 from .adam import Adam
+
+_MODULE = "reference_impl.parallel.zero"  # NumPy-only: other arrays are refused, naming it
 
 STAGES = (0, 1, 2, 3)
 
@@ -163,6 +168,7 @@ class ZeroTrainer:
     def __init__(self, comm: Communicator, config: tf.GPTConfig, params: dict[str, np.ndarray], *,
                  stage: int = 3, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, prefetch: bool = True):
+        require_numpy(_MODULE, *params.values())
         if stage not in STAGES:
             raise ValueError(f"ZeroTrainer on rank {comm.rank}: stage must be one of {STAGES}, got {stage!r}")
         dtypes = {p.dtype for p in params.values()}
@@ -241,6 +247,7 @@ class ZeroTrainer:
     # --8<-- [start:step]
     def step(self, tokens: np.ndarray, targets: np.ndarray) -> float:
         """Forward, backward, gradient reduction and Adam on this rank's micro-batch; its mean loss."""
+        require_numpy(_MODULE, tokens, targets)
         t0 = time.perf_counter()
         loss = fsdp.fsdp_step(self, tokens, targets) if self.stage == 3 else self._replicated_step(tokens, targets)
         N = self.comm.size

@@ -1,5 +1,7 @@
 """The worker's side of a parameter server: pull and push by variable name.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 ``PSClient`` turns a variable name into requests to the servers that hold it: a dense
 variable is the concatenation of one chunk per server; a sparse table's ids are grouped
 by owner (``group_by_shard``) and each server gets its slice. Every request goes to every
@@ -24,7 +26,8 @@ from ..comm import Communicator, chunk_bounds
 from .cluster import (ADD_DENSE, ADD_SPARSE, BAD_GRADIENT, CLOCK, DATA_TAG, OK, PULL_DENSE, PULL_SPARSE,
                       PUSH_DENSE, PUSH_SPARSE, REPLY_TAG, REQUEST_TAG, STOP, UNKNOWN_IDS, ClusterSpec,
                       ModelSpec)
-from .hashing import as_ids, group_by_shard
+from ..backend import require_numpy
+from .hashing import PARAMETER_SERVER, as_ids, group_by_shard
 
 
 class PSError(RuntimeError):
@@ -102,6 +105,7 @@ class PSClient:
         what = f"{'push' if op == PUSH_DENSE else 'add'}_dense({name!r})"
         i = self.model.dense_index(name)
         initial = self.model.dense[i].initial
+        require_numpy(PARAMETER_SERVER, grad)
         grad = np.asarray(grad, dtype=np.float64)
         if grad.shape != initial.shape:
             raise ValueError(f"rank {self.comm.rank}: {what} gradient has shape "
@@ -151,6 +155,7 @@ class RemoteTable:
     def push(self, ids: np.ndarray, grads: np.ndarray) -> None:
         c = self.client
         ids = as_ids(ids)
+        require_numpy(PARAMETER_SERVER, grads)
         grads = np.asarray(grads, dtype=np.float64)
         if grads.shape != (len(ids), self.dim):
             raise ValueError(f"rank {c.comm.rank}: push to table {self.spec.name!r}: gradients of "

@@ -1,5 +1,7 @@
 """Who is who in a parameter-server job, what it stores, and the messages between them.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Ranks ``0 .. n_servers-1`` are servers and the rest are workers (TensorFlow's ``ps`` and
 ``worker`` jobs). Every rank builds the same ``ModelSpec``: the dense variables (each
 flattened and split into ``n_servers`` contiguous chunks, one per server) and the sparse

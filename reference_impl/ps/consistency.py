@@ -1,5 +1,7 @@
 """Consistency models under a straggler: BSP, ASP, SSP, backup workers and EASGD, simulated.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 How workers and servers agree on the parameters decides two things that pull in
 opposite directions: how long a step waits (for the slowest worker, for nobody, or for
 nobody more than ``s`` steps behind) and how stale the parameters a gradient was computed

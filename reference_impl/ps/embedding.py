@@ -1,5 +1,7 @@
 """sparse_table_pull / sparse_table_push and the temporary embedding matrix.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 A batch of feature ids touches a handful of rows of a table that may hold billions. The
 worker therefore never materialises the table; for each batch it builds a *temporary
 embedding matrix* holding just the rows this batch uses, and the model runs ordinary

@@ -1,5 +1,7 @@
 """Which server owns a feature id: a mixed 64-bit hash, then modulo the shard count.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 Feature ids are arbitrary 64-bit integers (a user id, a hashed URL, a cross of two
 columns). Sharding by ``id % n_shards`` is fast but fragile: if the ids share a pattern
 (all even, all multiples of the shard count because an upstream system allocates them
@@ -16,6 +18,11 @@ import itertools
 from typing import Any
 
 import numpy as np
+
+from ..backend import require_numpy
+
+# What a GPU or PyTorch array handed to a table is told (the tables live in host memory).
+PARAMETER_SERVER = "reference_impl.ps (the parameter-server tables, kept in host memory)"
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -35,6 +42,7 @@ def as_ids(ids: Any, what: str = "ids") -> np.ndarray:
     if isinstance(ids, np.ndarray):
         arr = ids
     else:
+        require_numpy(PARAMETER_SERVER, ids)
         try:
             arr = np.asarray(ids)
         except OverflowError:

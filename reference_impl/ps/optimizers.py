@@ -14,12 +14,19 @@ server share one implementation:
 * ``apply(w, g, slots, t)``: update ``w`` and ``slots`` in place from gradient ``g``, where
   ``t`` (an int, or an array with one count per row) is the number of updates *including*
   this one, which only Adam uses for bias correction.
+
+``apply`` is array-API code (``xp`` is the namespace of ``w``; in-place operators such as
+``w -= ...`` are part of the standard), so the same rule updates rows held by NumPy, a GPU
+library or PyTorch; the sparse tables that call it keep their rows in host memory
+(``sparse_table``), and ``init_slots`` makes NumPy state for them.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+from ..backend import namespace_of
 
 
 class Optimizer:
@@ -70,7 +77,7 @@ class Adagrad(Optimizer):
     def apply(self, w, g, slots, t):
         acc = slots["accumulator"]
         acc += g * g
-        w -= self.lr * g / np.sqrt(acc)
+        w -= self.lr * g / namespace_of(acc).sqrt(acc)
 
 
 class Adam(Optimizer):
@@ -91,12 +98,13 @@ class Adam(Optimizer):
         m += (1 - self.beta1) * g
         v *= self.beta2
         v += (1 - self.beta2) * g * g
-        t = np.asarray(t, dtype=np.float64)
+        xp = namespace_of(w)
+        t = xp.asarray(t, dtype=xp.float64)
         if t.ndim == 1:  # one count per row: broadcast over the row's columns
-            t = t[:, None]
+            t = xp.reshape(t, (-1, 1))
         m_hat = m / (1 - self.beta1**t)
         v_hat = v / (1 - self.beta2**t)
-        w -= self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        w -= self.lr * m_hat / (xp.sqrt(v_hat) + self.eps)
 
 
 # --8<-- [start:ftrl]
@@ -126,12 +134,13 @@ class FTRL(Optimizer):
 
     def apply(self, w, g, slots, t):
         z, n = slots["z"], slots["n"]
-        sigma = (np.sqrt(n + g * g) - np.sqrt(n)) / self.alpha
+        xp = namespace_of(w)
+        sigma = (xp.sqrt(n + g * g) - xp.sqrt(n)) / self.alpha
         z += g - sigma * w
         n += g * g
-        shrunk = z - np.sign(z) * self.l1
-        w[...] = np.where(np.abs(z) <= self.l1, 0.0,
-                          -shrunk / ((self.beta + np.sqrt(n)) / self.alpha + self.l2))
+        shrunk = z - xp.sign(z) * self.l1
+        w[...] = xp.where(xp.abs(z) <= self.l1, xp.zeros_like(z),
+                          -shrunk / ((self.beta + xp.sqrt(n)) / self.alpha + self.l2))
 # --8<-- [end:ftrl]
 
 

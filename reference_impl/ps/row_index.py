@@ -1,5 +1,7 @@
 """The index of a sparse table shard: 64-bit id -> row number, a whole batch at a time.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 A shard must answer "which row holds id x?" for every id of a batch, and add the ids it
 has never seen. The choices, measured in NumPy:
 

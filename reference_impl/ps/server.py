@@ -1,5 +1,7 @@
 """A parameter server: holds one chunk of every dense variable and one shard of every table.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 The server takes requests in the order they arrive (``recv_any``), so a fast worker is
 never queued behind a slow one. What it does with them is the consistency rule:
 

@@ -1,5 +1,7 @@
 """Sparse tables: embedding rows keyed by 64-bit ids, created on first pull, sharded by hash.
 
+NumPy-only: a parameter server's tables live in host memory; other arrays are refused by name.
+
 A dense embedding variable needs ``vocabulary x dim`` floats up front, and the
 vocabulary must be known. Recommender ids (users, items, crossed features) number in the
 billions, most of them seen once, so a sparse table stores only the rows it has seen:
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hashing import as_ids, group_by_shard, uniform_from_ids
+from ..backend import require_numpy
+from .hashing import PARAMETER_SERVER, as_ids, group_by_shard, uniform_from_ids
 from .optimizers import SGD, Optimizer
 from .row_index import RowIndex
 
@@ -190,6 +193,7 @@ def check_push(name: str, dim: int, ids: np.ndarray, grads: np.ndarray) -> tuple
     no id twice (a push carries one summed gradient per id).
     """
     ids = as_ids(ids)
+    require_numpy(PARAMETER_SERVER, grads)
     grads = np.asarray(grads)
     if grads.shape != (len(ids), dim):
         raise ValueError(f"sparse table {name!r}: push of {len(ids)} ids needs gradients of shape "

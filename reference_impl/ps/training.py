@@ -1,5 +1,7 @@
 """One model trained three ways: in one process, with parameter servers, and hybrid.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The model is the smallest one that has both kinds of variables: each example is a row of
 ``n_fields`` feature ids; their embeddings (a sparse table ``emb`` of ``dim`` columns) are
 summed and scored by a dense vector ``w`` plus a bias ``b``::

@@ -1,5 +1,7 @@
 """Python objects over a ``Communicator``, which only moves arrays of a known shape.
 
+NumPy-only: messages carry NumPy buffers between ranks (the graph executor is portable).
+
 ``send_obj`` pickles the object and sends two messages: its length (one int64, on ``tag``),
 then its bytes (uint8, on ``tag + 1``: a separate tag, so that a receive waiting for the next
 length never sees the bytes of the previous message as a message of the wrong dtype).  ``recv_obj``

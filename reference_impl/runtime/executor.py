@@ -1,6 +1,8 @@
 """Connect the executor's ``_Send``/``_Recv`` to a step's rendezvous, and run a step's
 partitions in this process.
 
+NumPy-only: messages carry NumPy buffers between ranks (the graph executor is portable).
+
 The executor is the graph runtime's own (``reference_impl.graph.executor``: the single
 process ``Session`` runs it too).  What a distributed step adds is where a cut edge's
 value goes: ``connect(rendezvous, step_id)`` gives the ``send``/``recv`` pair through which

@@ -1,6 +1,8 @@
 """The messages of the master/worker protocol, named as in TensorFlow's ``master.proto`` and
 ``worker.proto``.  Each is a plain data class; ``channel.send_obj`` pickles it for the wire.
 
+NumPy-only: messages carry NumPy buffers between ranks (the graph executor is portable).
+
 Client → master (the client lives in the master's process, so these are method calls):
 ``CreateSession`` (a GraphDef in, a unique session handle out), ``ExtendSession`` (nodes
 added since, with the version they extend; a stale version is refused), ``RunStep``

@@ -1,5 +1,7 @@
 """The real task for accuracy-vs-sparsity: an MLP on scikit-learn's handwritten digits.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The digits data (1,797 8×8 images, 10 classes) ships inside scikit-learn, so nothing is
 downloaded. ``train_digits`` builds the MLP in the graph runtime and trains it with
 mini-batch SGD; every ``prune_every`` steps it asks ``schedule(step)`` for the target

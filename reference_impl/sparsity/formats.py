@@ -1,5 +1,7 @@
 """Sparse matrix formats and their kernels, in NumPy: CSR and BSR.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 **CSR** (compressed sparse row) stores a matrix ``A`` (m×k) as three arrays: ``data`` (the
 non-zeros, row by row), ``indices`` (the column of each) and ``indptr`` (row ``i`` is
 ``data[indptr[i]:indptr[i+1]]``). ``A @ x`` reads every non-zero once *plus its index*, and

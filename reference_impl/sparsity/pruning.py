@@ -1,5 +1,7 @@
 """Pruning: choose which weights become zero.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 * ``magnitude_mask(w, sparsity)``: zero the ``sparsity`` fraction of ``w`` with the smallest
   ``|w|`` (per layer: every layer ends equally sparse);
 * ``global_magnitude_masks(ws, sparsity)``: one threshold over all layers together, so a layer

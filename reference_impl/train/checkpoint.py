@@ -1,5 +1,7 @@
 """Checkpoints that survive ``kill -9``: sharded data files, a manifest, atomic commit, keep-last-N.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A checkpoint of step ``s`` in ``directory`` is
 
 * one or more **data shards** ``ckpt-<s>-<token>.shard-<i>-of-<n>``: the raw bytes of the

@@ -1,5 +1,7 @@
 """Training data for the data-parallel examples: a seeded synthetic data set and its shards.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 No data set ships with the packages this project installs, and nothing may be downloaded at
 run time, so the examples train on a seeded generator: ``n_classes`` Gaussian clusters in
 ``n_features`` dimensions, overlapping enough that the loss keeps falling for many steps.

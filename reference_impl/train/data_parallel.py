@@ -1,5 +1,7 @@
 """Data-parallel SGD with gradient bucketing and communication/computation overlap.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Every rank holds a full replica of the model and trains on its own shard of each global
 batch. After backward, the replicas must agree on the *average* gradient, which costs an
 allreduce. How the gradients are handed to the allreduce decides the step time:

@@ -1,5 +1,7 @@
 """An input pipeline in the style of ``tf.data``: sources, transformations, and sharding by worker.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A ``Dataset`` is a recipe, not data: it holds a function that starts a fresh iterator, so
 the same dataset can be iterated once per epoch and every transformation returns a new
 recipe wrapped around the old one::

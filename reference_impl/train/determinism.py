@@ -1,5 +1,7 @@
 """Where bit-for-bit reproducibility of distributed training comes from, and where it is lost.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Floating-point addition is not associative: ``(a + b) + c`` and ``a + (b + c)`` can differ
 in the last bit. A training run is reproducible bit for bit exactly when every sum in it
 is computed in the same order every time. Synchronous data-parallel training with a fixed

@@ -1,5 +1,7 @@
 """An Estimator in the style of ``tf.estimator``: ``model_fn`` + ``input_fn``, train, evaluate, export.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 The user writes two functions and the Estimator owns everything else:
 
 * ``input_fn(ctx)`` returns an iterable of ``(features, labels)`` batches (dict of NumPy

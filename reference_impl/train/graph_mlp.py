@@ -1,6 +1,8 @@
 """A small MLP classifier built in the graph runtime: the model the optimiser, schedule,
 mixed-precision and hyper-parameter-search examples train.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 ``build_classifier`` makes the variables (float32 master weights from an initialiser), the
 input placeholders, the logits (computed in ``compute_dtype``: float16 for mixed precision)
 and a float32 mean cross-entropy loss.  ``train_classifier`` runs an optimiser's train op over

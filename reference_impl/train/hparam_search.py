@@ -1,5 +1,7 @@
 """Hyper-parameter search: grid, random, and successive halving.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 All three call one ``objective(config, budget) -> loss`` (lower is better): ``config`` maps
 hyper-parameter names to values, ``budget`` is how much training the trial gets (steps).
 

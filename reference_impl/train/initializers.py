@@ -1,5 +1,7 @@
 """Weight initialisers: how the first values of a variable are drawn, and why their scale matters.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A layer ``y = x W`` with ``fan_in`` inputs of variance ``v_x`` and weights of variance ``v_w``
 gives outputs of variance ``fan_in * v_w * v_x`` (independent, zero-mean terms add their
 variances).  Stack 50 layers and that factor is raised to the 50th power: below 1 the signal

@@ -1,5 +1,8 @@
 """Mixed precision: float16 compute, float32 master weights, and dynamic loss scaling.
 
+``LossScaleOptimizer`` builds graph ops and runs on PyTorch through ``Session(device=...)``
+(not on ``array_api_strict``: the standard has no float16); the NumPy helpers are NumPy-only.
+
 Why float16: half the bytes per activation and per gradient (less memory, less traffic),
 and on GPUs with tensor cores several times the arithmetic throughput.  It is *not* a
 stability feature; float16 is the less stable format, and two of its limits need handling:

@@ -1,5 +1,7 @@
 """A small multilayer perceptron in NumPy whose backward pass hands out gradients layer by layer.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Data-parallel training can only overlap communication with computation if the gradients
 become available *during* the backward pass rather than all at once at its end. Autograd
 engines (PyTorch, TensorFlow) produce them in reverse layer order, and DDP/Horovod hook

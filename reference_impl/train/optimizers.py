@@ -1,5 +1,8 @@
 """Optimisers as graph-building classes, in the style of TensorFlow 1's ``tf.train.Optimizer``.
 
+Portable: an optimiser only builds graph ops, whose kernels are array-API code, so
+``Session(device=...)`` runs its updates, dense and sparse, on that namespace.
+
 ``opt.minimize(loss)`` adds the gradient nodes and the update nodes to the loss's graph and
 returns one train op; running it in a Session takes one step.  An optimiser's state (Adam's
 moments, Adagrad's accumulator …) lives in *slot* variables, one set per trained variable,

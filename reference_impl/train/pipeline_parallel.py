@@ -1,5 +1,7 @@
 """Pipeline (model) parallelism: an MLP split by layers over ranks, micro-batches, GPipe and 1F1B.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 Data parallelism copies the whole model to every rank; when the model does not fit on
 one device, split it instead. *Model parallelism by layers* gives rank ``s`` a contiguous
 block of layers (a *stage*): the activations flow forward from stage to stage, the

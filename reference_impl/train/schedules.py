@@ -1,5 +1,7 @@
 """Learning-rate schedules, and the linear scaling rule for large global batches.
 
+NumPy-only: not ported to the array API (the portable code: ``reference_impl.backend``).
+
 A schedule maps the number of steps already taken, ``step`` (0 for the first update), to a
 learning rate.  Each one is a small object with a NumPy ``__call__`` (vectorised, used by
 tests and plots) and a JSON ``config()``; the graph op ``LearningRate`` holds that config as

@@ -1,10 +1,18 @@
-"""Shape manipulation: reshape, transpose, concat and gather (the embedding lookup)."""
+"""Shape manipulation: reshape, transpose, concat and gather (the embedding lookup), and the
+two row operations sparse updates are made of (``segment_sum``, ``scatter_rows``).
+
+The kernels are array-API code (``xp`` is the inputs' namespace). The standard has no
+scatter-add (NumPy's ``np.add.at``) and no assignment through an index array, so the row
+operations are built from sorting, ``searchsorted``, ``take`` and ``where``: what a GPU
+library does without atomics.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
 
 import numpy as np
 
+from ...backend import namespace_of
 from ..registry import ShapeError, like_input, register
 from .dispatch import INTS, _axes, _same_dtype, apply_op
 from .state import as_tensor
@@ -31,17 +39,17 @@ def _reshape_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(target), dtypes[0]
 
 
-def _reshape_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return inputs[0].reshape(attrs["shape"])
+def _reshape_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    return namespace_of(inputs[0]).reshape(inputs[0], tuple(attrs["shape"]))
 
 
 def _reshape_grad(op: Any, grad: Any) -> list:
     return [reshape_like(grad, op.inputs[0])]
 
 
-def _reshape_like_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _reshape_like_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     x, like = inputs
-    return x.reshape(like.shape)
+    return namespace_of(x).reshape(x, tuple(like.shape))
 
 
 def _reshape_like_grad(op: Any, grad: Any) -> list:
@@ -72,8 +80,9 @@ def _transpose_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(s[p] for p in perm), dtypes[0]
 
 
-def _transpose_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return np.transpose(inputs[0], attrs["perm"])
+def _transpose_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    x, perm = inputs[0], attrs["perm"]
+    return namespace_of(x).permute_dims(x, tuple(range(x.ndim))[::-1] if perm is None else tuple(perm))
 
 
 def _transpose_grad(op: Any, grad: Any) -> list:
@@ -108,8 +117,8 @@ def _concat_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(out), dt
 
 
-def _concat_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return np.concatenate(inputs, axis=attrs["axis"])
+def _concat_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    return namespace_of(*inputs).concat(inputs, axis=attrs["axis"])
 
 
 def _concat_grad(op: Any, grad: Any) -> list:
@@ -122,7 +131,7 @@ def _concat_slice_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return shapes[1 + attrs["index"]], dtypes[0]
 
 
-def _concat_slice_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _concat_slice_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     g, parts = inputs[0], inputs[1:]
     ax = attrs["axis"] % g.ndim
     start = sum(p.shape[ax] for p in parts[: attrs["index"]])
@@ -150,9 +159,11 @@ def _gather_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return tuple(i) + tuple(p[1:]), dtypes[0]
 
 
-def _gather_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _gather_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     params, indices = inputs
-    return np.take(params, indices, axis=0)
+    xp = namespace_of(params, indices)  # the standard's take wants 1-D indices: flatten, then reshape
+    rows = xp.take(params, xp.reshape(indices, (-1,)), axis=0)
+    return xp.reshape(rows, tuple(indices.shape) + tuple(params.shape[1:]))
 
 
 def _gather_grad(op: Any, grad: Any) -> list:
@@ -160,11 +171,58 @@ def _gather_grad(op: Any, grad: Any) -> list:
     return [apply_op("GatherGrad", [grad, indices, params]), None]
 
 
-def _gather_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _gather_grad_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     g, idx, params = inputs
-    out = np.zeros(params.shape, dtype=g.dtype)
-    np.add.at(out, idx, g)  # repeated ids add up: the embedding row was used twice
-    return out
+    xp = namespace_of(g, idx)
+    ids = xp.reshape(idx, (-1,))
+    rows, sums = segment_sum(xp.reshape(g, (ids.shape[0],) + tuple(params.shape[1:])), ids)
+    # repeated ids add up (the embedding row was used twice); rows never looked up get zeros
+    return scatter_rows(xp.zeros(tuple(params.shape), dtype=g.dtype), rows, sums)
+
+
+# ---------------------------------------------------------------- row operations
+def segment_sum(values: Any, ids: Any) -> tuple[Any, Any]:
+    """The distinct ``ids`` (sorted) and, for each, the sum of the rows of ``values`` it labels.
+
+    Rows are added in the order they come, as ``np.add.at`` adds them, so NumPy gives the
+    same bits as a sequential loop: round ``k`` adds every id's ``k``-th occurrence, so there
+    are as many rounds as the most repeated id has rows.
+    """
+    xp = namespace_of(values, ids)
+    unique = xp.sort(xp.unique_values(ids))  # unique_values' order is unspecified
+    if ids.shape[0] == 0:
+        return unique, xp.zeros((0,) + tuple(values.shape[1:]), dtype=values.dtype)
+    order = xp.argsort(ids, stable=True)  # each id's rows together, in their original order
+    sorted_ids, rows = xp.take(ids, order), xp.take(values, order, axis=0)
+    start = xp.searchsorted(sorted_ids, unique)
+    count = xp.searchsorted(sorted_ids, unique, side="right") - start
+    sums = xp.take(rows, start, axis=0)
+    trailing = (unique.shape[0],) + (1,) * (values.ndim - 1)
+    for k in range(1, int(xp.max(count))):
+        present = xp.reshape(count > k, trailing)
+        kth = xp.take(rows, xp.clip(start + k, max=ids.shape[0] - 1), axis=0)
+        sums = xp.where(present, sums + kth, sums)
+    return unique, sums
+
+
+def scatter_rows(base: Any, rows: Any, values: Any) -> Any:
+    """A copy of ``base`` with row ``rows[i]`` replaced by ``values[i]`` (the last one wins
+    where a row repeats, as NumPy's ``base[rows] = values`` does).
+
+    Each row of ``base`` looks itself up in the sorted ``rows`` (``searchsorted``) and takes
+    its new value if it is there: the standard's way to assign through an index array.
+    """
+    xp = namespace_of(base, rows, values)
+    if rows.shape[0] == 0:
+        return xp.asarray(base, copy=True)
+    order = xp.argsort(rows, stable=True)
+    sorted_rows = xp.take(rows, order)
+    every_row = xp.arange(base.shape[0], dtype=rows.dtype)
+    last = xp.clip(xp.searchsorted(sorted_rows, every_row, side="right") - 1, min=0)
+    written = xp.reshape(xp.take(sorted_rows, last) == every_row, (base.shape[0],) + (1,) * (base.ndim - 1))
+    values = xp.astype(xp.broadcast_to(values, (rows.shape[0],) + tuple(base.shape[1:])), base.dtype, copy=False)
+    new = xp.take(values, xp.take(order, last), axis=0)
+    return xp.where(written, new, base)
 
 
 register("Gather", infer=_gather_infer, kernel=_gather_kernel, grad=_gather_grad)

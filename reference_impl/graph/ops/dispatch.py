@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ... import backend
 from .. import eager as _eager
 from ..core import Graph, GraphError, Operation, Tensor, get_default_graph
 from ..registry import NO_GRADIENT, ShapeError, broadcast_shapes, get_op_def, register
@@ -32,8 +33,10 @@ def _infer(type: str, name: str, inputs: Sequence[Any], attrs: dict) -> tuple:
         raise ShapeError(f"{type} op {name!r}: {e}; inputs: [{_describe(inputs)}]") from None
 
 
-def _convert(x: Any, like_dtype: str | None, graph: Graph | None) -> Any:
-    """A Python number or NumPy array as a constant (graph) or eager tensor."""
+def _convert(x: Any, like: Any, graph: Graph | None) -> Any:
+    """A Python number or NumPy array as a constant (graph) or eager tensor; ``like`` is the
+    op's first tensor input, whose dtype a number takes (and, eagerly, whose namespace)."""
+    like_dtype = None if like is None else like.dtype
     if isinstance(x, np.ndarray):
         arr = x
     elif isinstance(x, (bool, int, float, np.generic, list, tuple)):
@@ -45,7 +48,8 @@ def _convert(x: Any, like_dtype: str | None, graph: Graph | None) -> Any:
     else:
         raise GraphError(f"cannot use a {type(x).__name__} as a tensor")
     if graph is None:
-        return _eager.EagerTensor(arr)
+        xp = np if like is None else backend.namespace_of(like.value)
+        return _eager.EagerTensor(arr if backend.is_numpy(xp) else xp.asarray(arr))
     return constant(arr, graph=graph)
 
 
@@ -62,7 +66,7 @@ def apply_op(type: str, inputs: Sequence[Any], attrs: dict | None = None, name: 
         graph = None
     else:
         graph = next((t.graph for t in inputs if isinstance(t, Tensor)), None) or get_default_graph()
-    like = next((t.dtype for t in inputs if isinstance(t, (Tensor, _eager.EagerTensor))), None)
+    like = next((t for t in inputs if isinstance(t, (Tensor, _eager.EagerTensor))), None)
     inputs = [t if isinstance(t, (Tensor, _eager.EagerTensor)) else _convert(t, like, graph) for t in inputs]
     opdef = get_op_def(type)
     if eager:

@@ -2,7 +2,9 @@
 their gradients are built from (``sum_to`` undoes broadcasting, ``broadcast_like`` undoes a
 reduction).
 
-Each op is a kernel (NumPy), a shape function and a gradient function, registered once. A
+Each op is a kernel, a shape function and a gradient function, registered once. The kernels
+are array-API code: each asks its inputs for their namespace ``xp`` and calls only standard
+functions on it, so the same graph runs on NumPy, a GPU or PyTorch tensors (``Session(device=)``). A
 gradient function has the shape of TensorFlow's ``@RegisterGradient`` ones: it gets the
 forward op (its ``inputs``, ``outputs`` and ``attrs``) and the gradient of the op's output,
 and returns one gradient per input, built from the same front-end ops.
@@ -11,9 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
+import math
+from typing import Callable
 
-from ..registry import NO_GRADIENT, ShapeError, like_input, numpy_kernel, register
+import numpy as np  # only to name dtypes (np.dtype("float32").name); the kernels use xp
+
+from ... import backend
+from ...backend import namespace_of
+from ..registry import NO_GRADIENT, ShapeError, array_kernel, like_input, register
 from .array import transpose
 from .dispatch import (FLOATS, _axes, _binary_infer, _compare_infer, _float_unary_infer, _norm_axis,
                        _reduce_infer, _same_dtype, _unary_infer, apply_op)
@@ -21,16 +28,18 @@ from .state import as_tensor
 
 
 # ---------------------------------------------------------------- gradient helper ops
-def _sum_to(x: np.ndarray, shape: tuple) -> np.ndarray:
+def _sum_to(x: Any, shape: tuple) -> Any:
     """Undo broadcasting: sum ``x`` down to ``shape`` (leading axes, then size-1 axes)."""
-    if x.shape == shape:
+    shape = tuple(shape)
+    if tuple(x.shape) == shape:
         return x
+    xp = namespace_of(x)
     lead = x.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(i + lead for i, d in enumerate(shape) if d == 1 and x.shape[i + lead] != 1)
-    return x.sum(axis=axes, keepdims=True).reshape(shape) if axes else x.reshape(shape)
+    return xp.reshape(xp.sum(x, axis=axes, keepdims=True) if axes else x, shape)
 
 
-def _sum_to_shape_of_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _sum_to_shape_of_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     grad, like = inputs
     return _sum_to(grad, like.shape)
 
@@ -50,15 +59,15 @@ def sum_to(g: Any, x: Any) -> Any:
     return apply_op("SumToShapeOf", [g, x])
 
 
-def _broadcast_like_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _broadcast_like_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     g, x = inputs
-    if attrs["axis"] is not None or not attrs["keepdims"]:
+    xp = namespace_of(g, x)
+    if not attrs["keepdims"]:  # put the reduced axes back, as size-1 axes
         axes = _axes(attrs["axis"], x.ndim)
-        if not attrs["keepdims"]:
-            g = np.expand_dims(g, axes)
-    out = np.broadcast_to(g, x.shape)
+        g = xp.reshape(g, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    out = xp.broadcast_to(g, tuple(x.shape))
     if attrs["mean"]:
-        out = out * (np.asarray(g).size / max(x.size, 1))
+        out = out * (math.prod(g.shape) / max(math.prod(x.shape), 1))
     return out
 
 
@@ -79,7 +88,7 @@ def broadcast_like(g: Any, x: Any, axis: Any = None, keepdims: bool = True, mean
     return apply_op("BroadcastLike", [g, x], {"axis": _norm_axis(axis), "keepdims": keepdims, "mean": mean})
 
 
-register("OnesLike", infer=_unary_infer, kernel=numpy_kernel(np.ones_like), grad=NO_GRADIENT)
+register("OnesLike", infer=_unary_infer, kernel=array_kernel("ones_like"), grad=NO_GRADIENT)
 
 
 def ones_like(x: Any) -> Any:
@@ -91,8 +100,9 @@ def _cast_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return shapes[0], attrs["dtype"]
 
 
-def _cast_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return inputs[0].astype(attrs["dtype"])
+def _cast_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    xp = namespace_of(inputs[0])
+    return xp.astype(inputs[0], backend.dtype(xp, attrs["dtype"]))
 
 
 def _cast_grad(op: Any, grad: Any) -> list:
@@ -101,9 +111,9 @@ def _cast_grad(op: Any, grad: Any) -> list:
 
 
 register("Cast", infer=_cast_infer, kernel=_cast_kernel, grad=_cast_grad)
-register("GreaterEqual", infer=_compare_infer, kernel=numpy_kernel(np.greater_equal), grad=NO_GRADIENT)
-register("Equal", infer=_compare_infer, kernel=numpy_kernel(np.equal), grad=NO_GRADIENT)
-register("Sign", infer=_unary_infer, kernel=numpy_kernel(np.sign), grad=NO_GRADIENT)
+register("GreaterEqual", infer=_compare_infer, kernel=array_kernel("greater_equal"), grad=NO_GRADIENT)
+register("Equal", infer=_compare_infer, kernel=array_kernel("equal"), grad=NO_GRADIENT)
+register("Sign", infer=_unary_infer, kernel=array_kernel("sign"), grad=NO_GRADIENT)
 
 
 def cast(x: Any, dtype: str) -> Any:
@@ -130,8 +140,9 @@ def _all_finite_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (), "bool"
 
 
-def _all_finite_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return np.asarray(all(bool(np.isfinite(x).all()) for x in inputs))
+def _all_finite_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    xp = namespace_of(*inputs)
+    return xp.asarray(all(bool(xp.all(xp.isfinite(x))) for x in inputs))
 
 
 # [x1, x2, ...] -> True if every element of every input is finite (dynamic loss scaling's check)
@@ -175,12 +186,12 @@ def _maximum_grad(op: Any, grad: Any) -> list:
     return [sum_to(grad * mask, x), sum_to(grad * (1 - mask), y)]
 
 
-register("Add", infer=_binary_infer, kernel=numpy_kernel(np.add), grad=_add_grad)
-register("Sub", infer=_binary_infer, kernel=numpy_kernel(np.subtract), grad=_sub_grad)
-register("Mul", infer=_binary_infer, kernel=numpy_kernel(np.multiply), grad=_mul_grad)
-register("RealDiv", infer=_binary_infer, kernel=numpy_kernel(np.divide), grad=_real_div_grad)
-register("Pow", infer=_binary_infer, kernel=numpy_kernel(np.power), grad=_pow_grad)
-register("Maximum", infer=_binary_infer, kernel=numpy_kernel(np.maximum), grad=_maximum_grad)
+register("Add", infer=_binary_infer, kernel=array_kernel("add"), grad=_add_grad)
+register("Sub", infer=_binary_infer, kernel=array_kernel("subtract"), grad=_sub_grad)
+register("Mul", infer=_binary_infer, kernel=array_kernel("multiply"), grad=_mul_grad)
+register("RealDiv", infer=_binary_infer, kernel=array_kernel("divide"), grad=_real_div_grad)
+register("Pow", infer=_binary_infer, kernel=array_kernel("pow"), grad=_pow_grad)
+register("Maximum", infer=_binary_infer, kernel=array_kernel("maximum"), grad=_maximum_grad)
 
 
 def add(x: Any, y: Any, name: str | None = None) -> Any:
@@ -212,9 +223,9 @@ def _relu_grad_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return shapes[0], _same_dtype(dtypes)
 
 
-def _relu_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _relu_grad_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     grad, x = inputs
-    return grad * (x > 0)
+    return grad * namespace_of(grad, x).astype(x > 0, grad.dtype)
 
 
 def _relu_grad_grad(op: Any, grad: Any) -> list:
@@ -229,12 +240,15 @@ def relu_grad(g: Any, x: Any) -> Any:
     return apply_op("ReluGrad", [g, x])
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1)  # no overflow for large |x|
+def _sigmoid(inputs: list, attrs: dict, state: dict) -> Any:
+    x = inputs[0]
+    return 0.5 * (namespace_of(x).tanh(0.5 * x) + 1)  # no overflow for large |x|
 
 
-def _relu(x: np.ndarray) -> np.ndarray:
-    return np.maximum(x, 0)
+def _relu(inputs: list, attrs: dict, state: dict) -> Any:
+    x = inputs[0]
+    xp = namespace_of(x)
+    return xp.maximum(x, xp.zeros_like(x))
 
 
 def _neg_grad(op: Any, grad: Any) -> list:
@@ -270,14 +284,14 @@ def _sqrt_grad(op: Any, grad: Any) -> list:
     return [grad * 0.5 / op.outputs[0]]                # d √x = 1 / (2 √x)
 
 
-register("Neg", infer=_unary_infer, kernel=numpy_kernel(np.negative), grad=_neg_grad)
-register("Exp", infer=_float_unary_infer, kernel=numpy_kernel(np.exp), grad=_exp_grad)
-register("Log", infer=_float_unary_infer, kernel=numpy_kernel(np.log), grad=_log_grad)
-register("Tanh", infer=_float_unary_infer, kernel=numpy_kernel(np.tanh), grad=_tanh_grad)
-register("Sigmoid", infer=_float_unary_infer, kernel=numpy_kernel(_sigmoid), grad=_sigmoid_grad)
-register("Relu", infer=_unary_infer, kernel=numpy_kernel(_relu), grad=_relu_grad_fn)
-register("Square", infer=_unary_infer, kernel=numpy_kernel(np.square), grad=_square_grad)
-register("Sqrt", infer=_float_unary_infer, kernel=numpy_kernel(np.sqrt), grad=_sqrt_grad)
+register("Neg", infer=_unary_infer, kernel=array_kernel("negative"), grad=_neg_grad)
+register("Exp", infer=_float_unary_infer, kernel=array_kernel("exp"), grad=_exp_grad)
+register("Log", infer=_float_unary_infer, kernel=array_kernel("log"), grad=_log_grad)
+register("Tanh", infer=_float_unary_infer, kernel=array_kernel("tanh"), grad=_tanh_grad)
+register("Sigmoid", infer=_float_unary_infer, kernel=_sigmoid, grad=_sigmoid_grad)
+register("Relu", infer=_unary_infer, kernel=_relu, grad=_relu_grad_fn)
+register("Square", infer=_unary_infer, kernel=array_kernel("square"), grad=_square_grad)
+register("Sqrt", infer=_float_unary_infer, kernel=array_kernel("sqrt"), grad=_sqrt_grad)
 
 
 def neg(x: Any, name: str | None = None) -> Any: return apply_op("Neg", [as_tensor(x)], name=name)
@@ -310,7 +324,7 @@ def _matmul_grad(op: Any, grad: Any) -> list:
             matmul(transpose(a), grad)]                # dL/db = aᵀ @ dL/dy
 
 
-register("MatMul", infer=_matmul_infer, kernel=numpy_kernel(np.matmul), grad=_matmul_grad)
+register("MatMul", infer=_matmul_infer, kernel=array_kernel("matmul"), grad=_matmul_grad)
 # --8<-- [end:matmul]
 
 
@@ -320,12 +334,12 @@ def matmul(a: Any, b: Any, name: str | None = None) -> Any:
 
 
 # ---------------------------------------------------------------- reductions
-def _reduction_kernel(fn: Any) -> Any:
-    """The kernel of a reduction ``fn`` (np.sum, np.mean, np.max) over ``attrs["axis"]``."""
-    def kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _reduction_kernel(name: str) -> Callable:
+    """The kernel of the standard reduction ``name`` (sum, mean, max) over ``attrs["axis"]``."""
+    def kernel(inputs: list, attrs: dict, state: dict) -> Any:
         x = inputs[0]
-        return fn(x, axis=_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdims"])
-    kernel.__name__ = kernel.__qualname__ = f"reduction_kernel({fn.__name__})"
+        return getattr(namespace_of(x), name)(x, axis=_axes(attrs["axis"], x.ndim), keepdims=attrs["keepdims"])
+    kernel.__name__ = kernel.__qualname__ = f"reduction_kernel({name})"
     return kernel
 
 
@@ -344,9 +358,9 @@ def _max_grad(op: Any, grad: Any) -> list:
     return [broadcast_like(grad, x, axis, keepdims) * mask / count]  # ties share the gradient equally
 
 
-register("Sum", infer=_reduce_infer, kernel=_reduction_kernel(np.sum), grad=_sum_grad)
-register("Mean", infer=_reduce_infer, kernel=_reduction_kernel(np.mean), grad=_mean_grad)
-register("Max", infer=_reduce_infer, kernel=_reduction_kernel(np.max), grad=_max_grad)
+register("Sum", infer=_reduce_infer, kernel=_reduction_kernel("sum"), grad=_sum_grad)
+register("Mean", infer=_reduce_infer, kernel=_reduction_kernel("mean"), grad=_mean_grad)
+register("Max", infer=_reduce_infer, kernel=_reduction_kernel("max"), grad=_max_grad)
 
 
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False, name: str | None = None) -> Any:

@@ -1,10 +1,10 @@
-"""Neural-network ops: softmax, log-softmax and sparse softmax cross-entropy."""
+"""Neural-network ops: softmax, log-softmax and sparse softmax cross-entropy (array-API
+kernels: ``xp`` is the inputs' namespace)."""
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from ...backend import namespace_of
 from ..registry import ShapeError, like_input, register
 from .array import reshape
 from .dispatch import FLOATS, INTS, _axes, _float_unary_infer, apply_op
@@ -13,14 +13,23 @@ from .state import as_tensor
 
 
 # ---------------------------------------------------------------- softmax family
-def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(x - x.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+def _softmax(x: Any, axis: int) -> Any:
+    xp = namespace_of(x)
+    e = xp.exp(x - xp.max(x, axis=axis, keepdims=True))
+    return e / xp.sum(e, axis=axis, keepdims=True)
 
 
-def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
-    z = x - x.max(axis=axis, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+def _log_softmax(x: Any, axis: int) -> Any:
+    xp = namespace_of(x)
+    z = x - xp.max(x, axis=axis, keepdims=True)
+    return z - xp.log(xp.sum(xp.exp(z), axis=axis, keepdims=True))
+
+
+def _one_hot(labels: Any, like: Any) -> Any:
+    """Rows of ``like``'s shape and dtype: 1 at each example's label, 0 elsewhere."""
+    xp = namespace_of(labels, like)
+    classes = xp.arange(like.shape[-1], dtype=labels.dtype)
+    return xp.astype(xp.reshape(labels, (-1, 1)) == xp.reshape(classes, (1, -1)), like.dtype)
 
 
 def _axis_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
@@ -29,7 +38,7 @@ def _axis_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return _float_unary_infer(shapes, dtypes, attrs)
 
 
-def _softmax_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _softmax_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     return _softmax(inputs[0], attrs["axis"])
 
 
@@ -38,7 +47,7 @@ def _softmax_grad(op: Any, grad: Any) -> list:
     return [y * (grad - reduce_sum(grad * y, op.attrs["axis"], keepdims=True))]
 
 
-def _log_softmax_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _log_softmax_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     return _log_softmax(inputs[0], attrs["axis"])
 
 
@@ -72,16 +81,16 @@ def _xent_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (None if logits is None else (logits[0],)), dtypes[0]
 
 
-def _xent_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _xent_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     logits, labels = inputs
-    return -_log_softmax(logits, -1)[np.arange(len(labels)), labels]
+    xp = namespace_of(logits, labels)
+    picked = xp.take_along_axis(_log_softmax(logits, -1), xp.reshape(xp.astype(labels, xp.int64), (-1, 1)), axis=1)
+    return -xp.reshape(picked, (-1,))  # each example's -log p(label)
 
 
-def _xent_grad_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _xent_grad_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     logits, labels = inputs
-    p = _softmax(logits, -1)
-    p[np.arange(len(labels)), labels] -= 1
-    return p
+    return _softmax(logits, -1) - _one_hot(labels, logits)
 
 
 def _xent_grad(op: Any, grad: Any) -> list:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ...backend import namespace_of
 from .. import eager as _eager
 from ..core import Graph, GraphError, Operation, Tensor, get_default_graph
 from ..registry import NO_GRADIENT, ShapeError, broadcast_shapes, register
@@ -70,7 +71,8 @@ def _ref_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
 
 
 def _assign_kernel(inputs: list, attrs: dict, state: dict) -> Any:
-    state[attrs["shared_name"]] = np.array(inputs[1], copy=True)
+    value = inputs[1]
+    state[attrs["shared_name"]] = namespace_of(value).asarray(value, copy=True)
     return state[attrs["shared_name"]]
 
 

@@ -8,15 +8,19 @@ updated rows back into the variable, leaving every other row (and its optimiser 
 ``select_if`` lets dynamic loss scaling turn a step into a no-op at run time, and
 ``learning_rate`` evaluates a ``train.schedules`` schedule at the current step inside the
 graph, from the schedule's JSON config (so a GraphDef holding it still serialises).
+
+The kernels are array-API code; the row operations are ``array.segment_sum`` and
+``array.scatter_rows``.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
+from ... import backend
+from ...backend import namespace_of
 from ..core import GraphError
 from ..registry import ShapeError, register
+from .array import scatter_rows, segment_sum
 from .dispatch import INTS, apply_op
 from .state import as_tensor
 
@@ -28,8 +32,9 @@ def _unique_rows_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (None,), dtypes[0]
 
 
-def _unique_rows_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
-    return np.unique(inputs[0])
+def _unique_rows_kernel(inputs: list, attrs: dict, state: dict) -> Any:
+    xp = namespace_of(inputs[0])
+    return xp.sort(xp.unique_values(xp.reshape(inputs[0], (-1,))))
 
 
 def _sum_rows_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
@@ -37,27 +42,22 @@ def _sum_rows_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (None if values is None else (None,) + tuple(values[1:])), dtypes[0]
 
 
-def _sum_rows_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _sum_rows_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     values, indices = inputs
-    unique, position = np.unique(indices, return_inverse=True)
-    out = np.zeros((len(unique),) + values.shape[1:], dtype=values.dtype)
-    np.add.at(out, position.reshape(-1), values)  # repeated ids add up
-    return out
+    return segment_sum(values, indices)[1]  # repeated ids add up
 
 
 def _scatter_update_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return shapes[0], dtypes[0]
 
 
-def _scatter_update_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _scatter_update_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     _, rows, values = inputs
     name = attrs["shared_name"]
     if name not in state:
         raise GraphError(f"variable {name!r} is not initialised: run its initializer first")
-    new = state[name].copy()  # a new array, as Assign does: earlier reads keep the old value
-    new[rows] = values
-    state[name] = new
-    return new
+    state[name] = scatter_rows(state[name], rows, values)  # a new array, as Assign makes: earlier
+    return state[name]                                     # reads keep the old value
 
 
 # [indices] -> the distinct indices, sorted
@@ -118,7 +118,7 @@ def _learning_rate_infer(shapes: list, dtypes: list, attrs: dict) -> tuple:
     return (), attrs["dtype"]
 
 
-def _learning_rate_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
+def _learning_rate_kernel(inputs: list, attrs: dict, state: dict) -> Any:
     # The formulas live once, in train/schedules.py (NumPy, also used by tests and plots);
     # imported here, at run time, because the training package builds on this one.
     from ...train.schedules import check_learning_rate, from_config
@@ -126,7 +126,8 @@ def _learning_rate_kernel(inputs: list, attrs: dict, state: dict) -> np.ndarray:
     step = inputs[0]
     lr = float(from_config(attrs["schedule"])(step))
     check_learning_rate(lr, f"the learning rate at step {float(step):g}")
-    return np.asarray(lr, dtype=attrs["dtype"])
+    xp = namespace_of(step)
+    return xp.asarray(lr, dtype=backend.dtype(xp, attrs["dtype"]))
 
 
 # [the number of steps taken (a scalar)]; attrs: {"schedule": Schedule.config(), "dtype": name}

@@ -8,14 +8,14 @@ the rule, and each offending element. Moderate and minor findings (best practice
 unique landmark names) are not failures.
 
 Every page is checked in the light scheme at desktop width with all of axe's default rules
-(the costly colour-contrast rule on a sample of the templated question and API reference
-pages: ``NO_CONTRAST``); the same visit checks that each of its images decodes and that it
-logs no error.
+(the costly colour-contrast rule on each page that draws some text in a colour, background,
+size or weight no page before it did: ``TEXT_STYLES``); the same visit checks that each of its
+images decodes and that it logs no error.
 The screenshots (home, a concept page, a question page, a calculator, the practice page; at desktop 1280 px and
 phone 360 px widths; light and dark) go to ``build/test-artifacts/`` as
 ``a11y-<page>-<width>-<scheme>.png``, and axe checks each of those views too, so the
 dark scheme's colours (code highlighting included) and the phone layout are checked on one
-page of each kind.
+page of each kind (the desktop light views are the sweep's).
 
 Pages run a few at a time (one browser, one context per scheme and width, a pool of tabs):
 axe's colour-contrast rule is the slow part, and it runs in each tab's own renderer process.
@@ -46,23 +46,48 @@ SHOT_HEIGHT = 4000  # px of a long page kept in its screenshot (concept pages ru
 # axe.run's options: violations only (the passes would be megabytes). ``RUN_ALL`` checks every
 # rule axe enables by default (WCAG 2.x A and AA, and best practices).
 RUN_ALL = {"resultTypes": ["violations"]}
-# axe's colour-contrast rule takes about 70 % of its time. The question pages and the API
-# reference pages are each made from one template with the same kinds of content, so the rule
-# runs on three of each (the first, the middle and the last); every other rule runs on all of
-# them, and the colour-contrast rule on every other page (and, in both schemes, on the views
-# of the screenshot test).
+# axe's colour-contrast rule takes about 70 % of its time, and its verdict on a piece of text
+# depends only on how that text is drawn: its colour, the backgrounds behind it, its size and
+# weight, and the opacity it is drawn with. ``TEXT_STYLES`` lists those, one string per distinct
+# combination on a page (computed in the page, so the site's CSS, the scheme and inline styles
+# all count). The sweep runs the rule on a page only when the page draws some text in a way no
+# page checked before it did; every other rule runs on every page.
 NO_CONTRAST = {"resultTypes": ["violations"], "rules": {"color-contrast": {"enabled": False}}}
-TEMPLATED = ("questions/", "reference/")
+TEXT_STYLES = """() => {
+  const behind = new Map();  // element -> [backgrounds showing through it, opacity it is drawn with]
+  const under = (e) => {
+    if (!e) return ["", 1];
+    if (!behind.has(e)) {
+      const s = getComputedStyle(e);
+      const [further, opacity] = under(e.parentElement);
+      const colour = s.backgroundColor;
+      const opaque = colour !== "rgba(0, 0, 0, 0)" && !colour.startsWith("rgba");
+      const here = [s.backgroundImage === "none" ? "" : s.backgroundImage.slice(0, 80),
+                    colour === "rgba(0, 0, 0, 0)" ? "" : colour].filter(Boolean).join(" ");
+      behind.set(e, [opaque ? here : [here, further].filter(Boolean).join(" over "), opacity * Number(s.opacity)]);
+    }
+    return behind.get(e);
+  };
+  const styles = new Set();
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+    const el = text.parentElement;
+    if (!el || !text.data.trim()) continue;
+    const s = getComputedStyle(el);
+    styles.add([s.color, ...under(el), s.fontSize, s.fontWeight, s.textShadow].join(" | "));
+  }
+  return [...styles];
+}"""
 
 
-def sweep_options(paths: list[str]) -> dict[str, dict]:
-    """axe's options for each page of the sweep (see ``NO_CONTRAST``)."""
-    options = {}
-    for prefix in TEMPLATED:
-        group = [p for p in paths if p.startswith(prefix)]
-        sample = {group[0], group[len(group) // 2], group[-1]} if group else set()
-        options.update({p: RUN_ALL if p in sample else NO_CONTRAST for p in group})
-    return {p: options.get(p, RUN_ALL) for p in paths}
+def contrast_needed(page, checked: set[str]) -> bool:
+    """True when ``page`` draws text in a style (``TEXT_STYLES``) not in ``checked``, which then
+    takes this page's styles: the page is the first to need the colour-contrast rule for them."""
+    styles = set(page.evaluate(TEXT_STYLES))
+    if styles <= checked:
+        return False
+    checked |= styles
+    return True
 
 
 def _axe_script() -> str:
@@ -120,12 +145,14 @@ def _failures(label: str, result: dict) -> list[str]:
     return out
 
 
-def _sweep(context, base: str, paths: list[str], scheme: str, options: dict[str, dict],
+def _sweep(context, base: str, paths: list[str], scheme: str, contrast: list[str],
            missing: list[str], errors: list[str]) -> dict[str, dict]:
     """axe on each page, ``TABS`` pages at a time: a tab loads its page and starts axe, then
     the next tab does, and a tab's result is collected just before it loads its next page.
-    While a page is loaded, each of its images must have decoded (else it goes to ``missing``)
-    and every message the page logs as an error goes to ``errors``."""
+    The colour-contrast rule runs where ``contrast_needed`` says (those pages go to
+    ``contrast``). While a page is loaded, each of its images must have decoded (else it goes
+    to ``missing``) and every message the page logs as an error goes to ``errors``."""
+    checked: set[str] = set()
     tabs = [context.new_page() for _ in range(min(TABS, len(paths)))]
     for tab in tabs:
         tab.on("console", lambda m, tab=tab: errors.append(f"{tab.url}: {m.text}") if m.type == "error" else None)
@@ -143,7 +170,11 @@ def _sweep(context, base: str, paths: list[str], scheme: str, options: dict[str,
         _goto(tabs[i], f"{base}/{path}", scheme)
         missing += [f"/{path}: {src}" for src in tabs[i].eval_on_selector_all(
             "article img", "imgs => imgs.filter(i => !i.naturalWidth).map(i => i.getAttribute('src'))")]
-        tabs[i].evaluate(f"() => {{ window.__axe = axe.run(document, {json.dumps(options[path])}); }}")
+        options = NO_CONTRAST
+        if contrast_needed(tabs[i], checked):
+            options = RUN_ALL
+            contrast.append(path)
+        tabs[i].evaluate(f"() => {{ window.__axe = axe.run(document, {json.dumps(options)}); }}")
         pending[i] = path
     for i in range(len(tabs)):
         collect(i)
@@ -153,8 +184,9 @@ def _sweep(context, base: str, paths: list[str], scheme: str, options: dict[str,
 
 
 def test_axe_reports_a_known_violation() -> None:
-    """The check can fail: axe, as injected here, reports an image without alt text and an
-    unlabelled input on a page made to have them."""
+    """The check can fail: axe, as injected here, reports an image without alt text, an
+    unlabelled input and pale text on pages made to have them, and the sweep runs the
+    colour-contrast rule on a page that brings a new text style."""
     sync_playwright = chromium_or_skip()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -167,12 +199,22 @@ def test_axe_reports_a_known_violation() -> None:
                 "<img src='data:image/gif;base64,R0lGODlhAQABAAAAACw='><input type='text'></main></body></html>"
             )
             result = page.evaluate(f"axe.run(document, {json.dumps(RUN_ALL)})")
+            # the sweep's choice of pages for the colour-contrast rule: a page in new text styles
+            # needs it, the same page again does not, and pale grey text on white is a new style
+            checked: set[str] = set()
+            needed = []
+            for body in ("<p>readable</p>", "<p>readable</p>", "<p>readable</p><p style='color:#ccc'>pale</p>"):
+                page.set_content(f"<!doctype html><html lang='en'><head><title>t</title></head><body><main>{body}</main></body></html>")
+                needed.append(contrast_needed(page, checked))
+            pale = page.evaluate(f"axe.run(document, {json.dumps(RUN_ALL)})")
         finally:
             browser.close()
     found = {v["id"]: v["impact"] for v in result["violations"]}
     assert found.get("image-alt") == "critical", found
     assert found.get("label") == "critical", found
     assert len(_failures("made-up page", result)) >= 2
+    assert needed == [True, False, True]
+    assert [v["impact"] for v in pale["violations"] if v["id"] == "color-contrast"] == ["serious"], pale
 
 
 @pytest.mark.timeout(900)
@@ -187,14 +229,15 @@ def test_every_page_passes_axe_loads_its_images_and_logs_no_error(built_site: Pa
     errors: list[str] = []
     failures: list[str] = []
     missing: list[str] = []
+    contrast: list[str] = []
     timings = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            for scheme, options in (("light", sweep_options(paths)),):
+            for scheme in ("light",):
                 began = time.monotonic()
                 context = _offline_context(browser, DESKTOP, scheme, outside, errors)
-                results = _sweep(context, site_url, paths, scheme, options, missing, errors)
+                results = _sweep(context, site_url, paths, scheme, contrast, missing, errors)
                 context.close()
                 timings[scheme] = time.monotonic() - began
                 assert set(results) == set(paths), "axe did not report on every page"
@@ -202,7 +245,8 @@ def test_every_page_passes_axe_loads_its_images_and_logs_no_error(built_site: Pa
                     failures += _failures(f"/{path} ({scheme})", result)
         finally:
             browser.close()
-    print(f"axe on {len(paths)} pages: " + ", ".join(f"{s} {t:.0f} s" for s, t in timings.items()))
+    print(f"axe on {len(paths)} pages, colour contrast on {len(contrast)}: "
+          + ", ".join(f"{s} {t:.0f} s" for s, t in timings.items()))
     assert not failures, f"{len(failures)} serious or critical accessibility violations:\n" + "\n".join(failures)
     assert not missing, f"images that did not load: {missing}"
     assert not outside, f"the site requested resources outside 127.0.0.1: {outside}"
@@ -210,7 +254,8 @@ def test_every_page_passes_axe_loads_its_images_and_logs_no_error(built_site: Pa
 
 
 def test_screenshots_at_desktop_and_phone_width_in_light_and_dark(site_url: str) -> None:
-    """Screenshots of four kinds of page at two widths in two schemes, each view checked by axe."""
+    """Screenshots of five kinds of page at two widths in two schemes, each view checked by axe
+    (but the desktop light one, which the sweep above checks on every page)."""
     sync_playwright = chromium_or_skip()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     outside: list[str] = []
@@ -226,8 +271,9 @@ def test_screenshots_at_desktop_and_phone_width_in_light_and_dark(site_url: str)
                     page = context.new_page()
                     for name, path in SHOTS.items():
                         _goto(page, f"{site_url}/{path}", scheme)
-                        failures += _failures(f"/{path} ({width}, {scheme})", page.evaluate(
-                            f"axe.run(document, {json.dumps(RUN_ALL)})"))
+                        if (width, scheme) != ("desktop", "light"):  # the sweep checked that view
+                            failures += _failures(f"/{path} ({width}, {scheme})", page.evaluate(
+                                f"axe.run(document, {json.dumps(RUN_ALL)})"))
                         height = page.evaluate("document.documentElement.scrollHeight")
                         shot = ARTIFACTS / f"a11y-{name}-{width}-{scheme}.png"
                         page.screenshot(

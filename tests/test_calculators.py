@@ -14,11 +14,10 @@ import json
 import math
 import os
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
-from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, serve_directory
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, keep_offline, serve_directory
 
 from reference_impl import calculators as calc
 from reference_impl.comm.communicator import run_threads
@@ -291,7 +290,6 @@ READ_OUTPUTS = "f => Object.fromEntries([...f.querySelectorAll('output')].map(o 
 
 def test_calculator_pages_agree_with_python(server: str) -> None:
     sync_playwright = chromium_or_skip()
-    requests: list[str] = []
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -300,9 +298,7 @@ def test_calculator_pages_agree_with_python(server: str) -> None:
             page.set_default_timeout(15_000)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
-                       in ("127.0.0.1", None) else route.abort())
+            outside = keep_offline(page)
             for name, python, cases in CASES:
                 page.goto(f"{server}/calculators/{name}/", wait_until="load")
                 form = page.locator(f'form[data-calculator="{name}"]')
@@ -328,7 +324,6 @@ def test_calculator_pages_agree_with_python(server: str) -> None:
         finally:
             browser.close()
     assert not errors, f"console errors: {errors}"
-    outside = [u for u in requests if urlsplit(u).scheme in ("http", "https") and urlsplit(u).hostname != "127.0.0.1"]
     assert not outside, f"the calculator pages requested resources outside 127.0.0.1: {outside}"
 
 
@@ -340,8 +335,7 @@ def test_sharded_memory_page_shows_the_papers_figures_and_names_bad_counts(serve
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)
-            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
-                       in ("127.0.0.1", None) else route.abort())
+            keep_offline(page)
             page.goto(f"{server}/calculators/sharded-memory/", wait_until="load")
             form = page.locator('form[data-calculator="sharded-memory"]')
             for stage, gb in ZERO_FIGURE_1_GB.items():  # the page's defaults are the paper's Ψ and N_d
@@ -427,8 +421,7 @@ def test_python_snippet_follows_the_inputs_and_gives_the_shown_results(server: s
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)
-            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
-                       in ("127.0.0.1", None) else route.abort())
+            keep_offline(page)
             for name, _, cases in CASES:
                 page.goto(f"{server}/calculators/{name}/", wait_until="load")
                 form = page.locator(f'form[data-calculator="{name}"]')
@@ -470,8 +463,7 @@ def test_calculators_refuse_fractional_counts_and_show_words(server: str) -> Non
         try:
             page = browser.new_page()
             page.set_default_timeout(15_000)
-            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
-                       in ("127.0.0.1", None) else route.abort())
+            keep_offline(page)
             for name, _, _ in CASES:
                 page.goto(f"{server}/calculators/{name}/", wait_until="load")
                 form = page.locator(f'form[data-calculator="{name}"]')

@@ -17,10 +17,9 @@ import io
 import math
 import re
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import pytest
-from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, serve_directory
+from browser_tools import CHROMIUM, CHROMIUM_ARGS, build_calculator_site, chromium_or_skip, keep_offline, serve_directory
 
 from reference_impl.parallel import planner as P
 
@@ -111,7 +110,6 @@ def _close(a: str | None, b: float, where: str) -> None:
 def test_the_page_ranks_and_drops_layouts_as_the_planner_does(server: str) -> None:
     sync_playwright = chromium_or_skip()
     errors: list[str] = []
-    requests: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -119,9 +117,7 @@ def test_the_page_ranks_and_drops_layouts_as_the_planner_does(server: str) -> No
             page.set_default_timeout(30_000)
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.route("**/*", lambda route: route.continue_() if urlsplit(route.request.url).hostname
-                       in ("127.0.0.1", None) else route.abort())
+            outside = keep_offline(page)
             page.goto(f"{server}/calculators/parallel-layout/", wait_until="load")
             form = page.locator("form[data-layout-planner]")
             for inputs in CASES:
@@ -187,7 +183,6 @@ def test_the_page_ranks_and_drops_layouts_as_the_planner_does(server: str) -> No
         finally:
             browser.close()
     assert not errors, f"console errors: {errors}"
-    outside = [u for u in requests if urlsplit(u).scheme in ("http", "https") and urlsplit(u).hostname != "127.0.0.1"]
     assert not outside, f"the page requested resources outside 127.0.0.1: {outside}"
 
 

@@ -144,7 +144,7 @@ def test_a_benchmark_runs_through_a_host_file_and_an_unreachable_host_is_named(t
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     rows = json.loads(out.read_text())["results"]
-    assert {r["ranks"] for r in rows} == {2} and {r["impl"] for r in rows} == {"ring", "ring_alloc", "mpi"}
+    assert {r["ranks"] for r in rows} == {2} and {r["impl"] for r in rows} == {"ring", "ring_alloc", "library", "mpi"}
     logins = (tmp_path / "logins").read_text().split()
     assert logins.count("127.0.0.2") == logins.count("127.0.0.3") == 2  # the probe, then the job
 
@@ -190,7 +190,7 @@ def test_a_benchmark_runs_across_a_virtual_cluster_through_launcher_and_hostfile
         with pytest.raises(LaunchError, match=re.escape(f"10.254.254.254 ({bad}:3) did not start")):
             Launcher.resolve(launcher, bad).check(probe_timeout=20)
     rows = json.loads(out.read_text())["results"]
-    assert {r["ranks"] for r in rows} == {2} and len(rows) == 3 * 14  # 8 B .. 64 KiB, three implementations
+    assert {r["ranks"] for r in rows} == {2} and len(rows) == 4 * 14  # 8 B .. 64 KiB, four implementations
 
 
 @pytest.fixture(scope="module")
@@ -252,11 +252,8 @@ def test_the_sbatch_script_runs_the_benchmark_as_a_batch_job(slurm, tmp_path):
 
 
 def test_training_under_srun(slurm):
-    """Where a training job runs under srun once ``python -m reference_impl.train MODEL --engine mpi`` exists."""
-    help_text = subprocess.run([PYTHON, "-m", "reference_impl.train", "--help"], capture_output=True, text=True,
-                               timeout=60, cwd=ROOT).stdout
-    if not re.search(r"--engine\b.*\bmpi\b", help_text, re.S):
-        pytest.skip("python -m reference_impl.train has no '--engine mpi' yet; this is where it runs under srun")
+    """``python -m reference_impl.train ... --engine mpi`` with ``$MPIEXEC=srun`` starts itself as a
+    Slurm job step of one process per rank, which trains and prints the result."""
     env = {**os.environ, **slurm.environment, "MPIEXEC": "srun"}
 
     def jobs() -> int:
@@ -264,9 +261,13 @@ def test_training_under_srun(slurm):
         return listing.stdout.count("JobId=")
 
     before = jobs()
-    run = subprocess.run([PYTHON, "-m", "reference_impl.train", "wide_deep", "--engine", "mpi"],
+    run = subprocess.run([PYTHON, "-m", "reference_impl.train", "wide_deep", "--strategy", "allreduce", "--workers", "2",
+                          "--engine", "mpi", "--limit", "256", "--batch", "128", "--epochs", "1", "--json"],
                          capture_output=True, text=True, timeout=150, cwd=ROOT, env=env)
-    assert run.returncode == 0, run.stderr
+    assert run.returncode == 0, run.stderr[-3000:]
+    (line,) = [line for line in run.stdout.splitlines() if line.startswith("{")]  # rank 0 alone prints
+    result = json.loads(line)
+    assert result["engine"] == "mpi" and result["workers"] == 2 and 0.5 < result["auc"] < 1
     assert jobs() > before, "the training job did not go through Slurm ($MPIEXEC=srun)"
 
 

@@ -142,15 +142,16 @@ def _in_process(capsys, *options: str) -> dict:
 
 def test_training_command_under_mpiexec_and_torchrun_matches_thread_ranks(capsys):
     """BSP parameter servers and the mirrored (allreduce) strategy are deterministic: the launched
-    runs must reach the thread ranks' AUC and send the same bytes."""
+    runs must reach the thread ranks' AUC and send the same bytes. The mirrored runs are started
+    without a launcher: the command starts itself under mpiexec and torchrun."""
     ps = ("--strategy", "ps", "--servers", "1", "--workers", "2")
     mirrored = ("--strategy", "allreduce", "--workers", "2")
     threads = {name: _in_process(capsys, *opts) for name, opts in (("ps", ps), ("allreduce", mirrored))}
     launched = {
         ("ps", "mpi"): _train(mpiexec_command(3), *ps, "--engine", "mpi"),
         ("ps", "torch"): _train(torchrun_command(3), *ps, "--engine", "torch"),
-        ("allreduce", "mpi"): _train(mpiexec_command(2), *mirrored, "--engine", "mpi"),
-        ("allreduce", "torch"): _train(torchrun_command(2), *mirrored, "--engine", "torch"),
+        ("allreduce", "mpi"): _train([sys.executable], *mirrored, "--engine", "mpi"),
+        ("allreduce", "torch"): _train([sys.executable], *mirrored, "--engine", "torch"),
     }
     for (strategy, engine), got in launched.items():
         want = threads[strategy]
@@ -170,3 +171,9 @@ def test_training_command_refuses_a_job_of_the_wrong_size():
         in run.stderr, run.stderr[-3000:]
     run = _run([sys.executable, *TRAIN, "--engine", "torch"], timeout=60)
     assert run.returncode == 2 and "--engine torch needs --strategy ps or allreduce" in run.stderr, run.stderr
+    run = _run([sys.executable, *TRAIN, "--strategy", "allreduce", "--engine", "mpi", "--launcher", "no-such-srun"],
+               timeout=60)
+    assert run.returncode == 2 and "launcher 'no-such-srun'" in run.stderr and "not installed" in run.stderr, run.stderr
+    run = _run([sys.executable, *TRAIN, "--strategy", "allreduce", "--engine", "torch", "--launcher", "srun"],
+               timeout=60)
+    assert run.returncode == 2 and "need --engine mpi" in run.stderr, run.stderr

@@ -49,6 +49,15 @@ def detect_engine(environ: Mapping[str, str] | None = None) -> str:
     return "mpi"
 
 
+def started_by_launcher(engine: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a launcher of ``engine`` started this process (its marks are in the environment):
+    ``torchrun`` for ``"torch"``; ``mpiexec``, ``srun --mpi=pmi2`` or another PMI launcher for ``"mpi"``."""
+    env = os.environ if environ is None else environ
+    if engine == "torch":
+        return all(k in env for k in ("RANK", "WORLD_SIZE")) and any(k in env for k in TORCHRUN_MARKS)
+    return any(k in env for k in MPI_MARKS)
+
+
 def world_communicator(engine: str | None = None, timeout: float | None = None) -> Communicator:
     """This process's communicator over every process of the job, made on the first call.
 

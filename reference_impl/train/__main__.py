@@ -4,6 +4,7 @@
     python -m reference_impl.train wide_deep --strategy ps --servers 2 --workers 2 --consistency bsp
     python -m reference_impl.train wide_deep --strategy allreduce --workers 2 --json
     python -m reference_impl.train wide_deep --strategy ps --workers 4 --consistency ssp --staleness 4 --slowdown 3
+    python -m reference_impl.train wide_deep --strategy ps --engine mpi --launcher srun
     mpiexec -n 4 python -m mpi4py -m reference_impl.train wide_deep --strategy ps --engine mpi
     torchrun --standalone --nproc-per-node 2 -m reference_impl.train wide_deep --strategy allreduce --engine torch
 
@@ -17,7 +18,10 @@ gradients all-gathered, dense all-reduced). ``--engine`` says what the ranks are
 of this process (the default), or the processes of the launcher that started this command,
 ``mpi`` (``mpiexec``, ``MPICommunicator``) or ``torch`` (``torchrun``, ``TorchCommunicator``), one
 rank per process: the job must then have ``--servers + --workers`` processes (``ps``) or
-``--workers`` (``allreduce``), and rank 0 prints the result. The model's
+``--workers`` (``allreduce``), and rank 0 prints the result. Run with ``--engine mpi`` or
+``torch`` but not under a launcher, the command starts itself under one with that many
+processes: ``--launcher``/``--hostfile`` (else ``$MPIEXEC``, else the mpich wheel's
+``mpiexec``; ``comm.launch``) for ``mpi``, ``torchrun`` for ``torch``. The model's
 hyper-parameters (``--ftrl-alpha`` ... ``--embedding-l2``, ``--epochs``) default to
 ``models.insteval.JOINT_CONFIG``, the configuration ``python -m benchmarks ps``
 chose on a validation split, so the defaults train the model whose test AUC the site quotes.
@@ -37,7 +41,7 @@ import time
 from typing import Any
 
 from ..comm import CountingCommunicator, run_threads
-from ..comm.engines import gather_objects, world_communicator
+from ..comm.engines import gather_objects, started_by_launcher, world_communicator
 from ..models.insteval import JOINT_CONFIG, insteval_model, load_insteval, train_test_split
 from ..models.strategies import mirrored_rank, rule_rank
 from ..models.wide_deep import WideDeep, WideDeepConfig, fit
@@ -169,6 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="threads: ranks are threads of this process; mpi / torch: this command was started "
                              "by mpiexec / torchrun, one rank per process (ps: servers + workers processes, "
                              "allreduce: workers)")
+    parser.add_argument("--launcher", metavar="CMD", default=None,
+                        help="--engine mpi, not started by a launcher: start the job with CMD, which takes -n N like "
+                             "mpiexec, e.g. 'srun' or 'mpiexec -f hosts' (None: $MPIEXEC if set, else the mpich "
+                             "wheel's mpiexec)")
+    parser.add_argument("--hostfile", metavar="FILE", default=None,
+                        help="--engine mpi, not started by a launcher: MPICH Hydra host file for mpiexec (-f)")
     parser.add_argument("--workers", type=int, default=2, help="worker ranks (ps and allreduce; local uses 1)")
     parser.add_argument("--servers", type=int, default=2, help="server ranks (ps only)")
     parser.add_argument("--consistency", choices=RULES, default="bsp", help="the servers' rule (ps only)")
@@ -207,6 +217,29 @@ def default_config(args: argparse.Namespace) -> WideDeepConfig:
                           embedding_l2=args.embedding_l2, hidden=JOINT_CONFIG.hidden, epochs=args.epochs)
 
 
+def launch_myself(parser: argparse.ArgumentParser, args: argparse.Namespace, argv: list[str]) -> int:
+    """Run this same command line as a job of one process per rank, under the launcher of
+    ``--engine`` (``comm.launch.Launcher`` for mpi, ``torchrun`` for torch), and return its exit
+    code. The processes it starts see their launcher's marks and train (``started_by_launcher``)."""
+    import subprocess
+
+    from ..comm.launch import LaunchError, Launcher
+    from ..comm.torch_dist import torchrun_command
+
+    ranks = args.servers + args.workers if args.strategy == "ps" else args.workers
+    program = ["-m", "reference_impl.train", *argv]
+    try:
+        if args.engine == "torch":
+            cmd = torchrun_command(ranks, *program)
+        else:
+            launcher = Launcher.resolve(args.launcher, args.hostfile)
+            launcher.check(n_ranks=ranks)
+            cmd = launcher.command(ranks, *program)
+    except (LaunchError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    return subprocess.run(cmd, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
@@ -233,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
             min(args.ftrl_l1, args.ftrl_l2, args.embedding_l2) < 0:
         parser.error("need --ftrl-alpha, --embedding-dim, --embedding-lr, --mlp-lr > 0 and "
                      "--ftrl-l1, --ftrl-l2, --embedding-l2 >= 0")
+    if (args.launcher or args.hostfile) and args.engine != "mpi":
+        parser.error("--launcher and --hostfile start MPI jobs: they need --engine mpi (torch jobs start under torchrun)")
+    if args.engine != "threads" and not started_by_launcher(args.engine):
+        return launch_myself(parser, args, argv)
     config = default_config(args)
     launched = args.engine != "threads"
     try:

@@ -279,10 +279,17 @@ def add_sections_argument(parser: argparse.ArgumentParser, sections: tuple[str, 
 
 
 def sections_to_run(parser: argparse.ArgumentParser, args: argparse.Namespace, sections: tuple[str, ...]) -> set[str]:
-    """The parts this run measures; ``--only`` needs the file whose parts it replaces."""
+    """The parts this run measures; ``--only`` needs the file whose parts it replaces.
+
+    A ``"torch"`` part runs under ``torchrun`` on this machine, whatever ``--launcher`` says; a
+    run started through another launcher (``srun``, a host file) measures that launcher's ranks,
+    so it leaves the torch part out unless ``--only torch`` asks for it."""
     if args.only and not args.out.exists():
         parser.error(f"--only replaces parts of an existing file, and {args.out} does not exist")
-    return set(args.only or sections)
+    chosen = set(args.only or sections)
+    if not args.only and "torch" in chosen and not current_launcher().is_local_default:
+        chosen.discard("torch")
+    return chosen
 
 
 def sectioned_document(args: argparse.Namespace, benchmark: str, parts: dict[str, Any], machine: dict[str, Any],

@@ -84,6 +84,26 @@ def keep_offline(target: Any, outside: list[str] | None = None) -> list[str]:
     return outside
 
 
+# Every host name but 127.0.0.1 fails to resolve, inside Chromium: a page cannot reach the
+# network, and no request waits on the test's Python (as one routed by ``keep_offline`` does).
+OFFLINE_ARGS = ["--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]
+
+
+def record_outside(target: Any, outside: list[str]) -> list[str]:
+    """Record in ``outside`` every request of ``target`` (a page or context) that leaves 127.0.0.1,
+    without intercepting any: for a browser launched with ``OFFLINE_ARGS``, where such a request
+    fails by itself. Cheaper than ``keep_offline`` on a sweep of every page."""
+    from urllib.parse import urlsplit
+
+    def seen(request: Any) -> None:
+        url = urlsplit(request.url)
+        if url.scheme not in ("data", "blob", "about") and url.hostname != "127.0.0.1":
+            outside.append(request.url)
+
+    target.on("request", seen)
+    return outside
+
+
 def build_calculator_site(work: Path, pages: list[Path], bench: list[Path] = ()) -> Path:
     """Build only the given calculator pages (with the site's JS, CSS, math and calculators hooks)
     under ``work``, copying the benchmark JSON files ``bench`` they read; return the built site."""

@@ -168,6 +168,18 @@ def test_corpus_is_deterministic_and_covered_by_the_vocabulary():
     assert len(train) + len(val) == len(corpus.data())
 
 
+def test_the_corpus_does_not_depend_on_what_else_is_imported():
+    """Importing PyTorch replaces ``inspect.getfile``; the corpus (and every loss measured on it)
+    is the same in a process that imported PyTorch first and in one that imported nothing else."""
+    import subprocess
+    import sys
+
+    program = "{}\nfrom reference_impl.parallel import corpus\nprint(corpus.corpus_digest())"
+    digests = [subprocess.run([sys.executable, "-c", program.format(first)], capture_output=True, text=True,
+                              timeout=120, check=True).stdout.strip() for first in ("", "import torch")]
+    assert digests[0] == digests[1] == corpus.corpus_digest(), digests
+
+
 def test_a_few_adam_steps_lower_the_loss_on_the_corpus():
     config = tf.GPTConfig(vocab_size=len(corpus.VOCAB), block_size=32, n_layer=2, n_head=4, n_embd=32)
     params = tf.init_params(config, seed=0, dtype=np.float32)

@@ -25,7 +25,7 @@ from browser_tools import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, chromium_or_skip, 
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCEPT = "concepts/allreduce-vs-parameter-servers/index.html"
-PLOTS = ("assets/bench/allreduce-busbw.svg", "assets/bench/allreduce-ratio.svg")
+PLOTS = ("assets/bench/allreduce-busbw.svg", "assets/bench/allreduce-ratio.svg", "assets/bench/allreduce-torch.svg")
 MATH_PAGE = "concepts/allreduce-algorithms/"
 
 

@@ -129,6 +129,11 @@ class TorchCommunicator(Communicator):
             if backend == "nccl":
                 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
             dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
+            # The group this call made is torn down at exit, after the communicator's own exit
+            # hook (registered later, so run earlier) has waited for its last sends: a gloo group
+            # left to the interpreter's teardown can end the process in std::terminate while its
+            # threads still run ("terminate called without an active exception").
+            atexit.register(_destroy_world)
         return cls(None, timeout=seconds)
 
     # ------------------------------------------------------------------ buffers
@@ -407,6 +412,13 @@ class TorchCommunicator(Communicator):
 
     def __repr__(self) -> str:
         return f"TorchCommunicator(rank={self.rank}, size={self.size}, backend={self.backend!r})"
+
+
+def _destroy_world() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def torchrun_command(n_ranks: int, *program: str) -> list[str]:

@@ -49,10 +49,38 @@ def _docs_of(module_name: str) -> list[str]:
         warnings.simplefilter("ignore", DeprecationWarning)
         for name in sorted(dir(module)):
             obj = None if name.startswith("_") else getattr(module, name)
-            defined_here = getattr(obj, "__module__", None) == module.__name__  # not re-exported
-            if (inspect.isclass(obj) or inspect.isfunction(obj)) and defined_here:
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            if getattr(obj, "__module__", None) == module.__name__:  # defined here, not re-exported
                 docs.append(f"{name}: {inspect.getdoc(obj) or ''}")
+            elif name in _replaced(module):  # defined here, then replaced by another library at run time
+                docs.append(f"{name}: {_replaced(module)[name]}")
     return [d for d in docs if d.strip()]
+
+
+def _replaced(module) -> dict[str, str]:
+    """The docstrings of the functions ``module``'s own source defines at top level but that are
+    no longer its own at run time: another library replaced them (importing PyTorch replaces
+    ``inspect.getfile``). Read from the source, so the corpus does not depend on what else the
+    process has imported."""
+    if module.__name__ not in _REPLACED:
+        import ast
+
+        found = {}
+        source = inspect.getsourcefile(module)
+        if source:
+            with open(source, encoding="utf-8") as f:
+                tree = ast.parse(f.read())
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                    obj = getattr(module, node.name, None)
+                    if inspect.isfunction(obj) and obj.__module__ != module.__name__:
+                        found[node.name] = ast.get_docstring(node) or ""
+        _REPLACED[module.__name__] = found
+    return _REPLACED[module.__name__]
+
+
+_REPLACED: dict[str, dict[str, str]] = {}
 
 
 @functools.lru_cache(maxsize=1)

@@ -6,8 +6,9 @@ output read-only, and the grader then edited it). Here every learner-facing comm
 as the learner, exactly as the README tells them to:
 
 * ``grader start`` for all 16 assignments, and again over a solved notebook, which survives;
-* ``grader check`` of a correct notebook for every assignment (full marks), and of a wrong one
-  for five of them (partial marks, a written hint and a link on every failed test);
+* ``grader check`` of a correct notebook (full marks) and of a wrong one (partial marks, a
+  written hint and a link on every failed test) for five assignments (every assignment's
+  correct and wrong notebooks are graded as root by tests/test_exercise_NN.py);
 * ``grader list`` with the best and the latest score;
 * ``make release`` over a released notebook someone edited, which survives;
 * ``make site-offline`` (the strict build, with the offline plugin), browsed and searched from
@@ -36,9 +37,10 @@ from notebook_tools import cell_of, read_nb, source_of, with_cells_from, write_n
 pytestmark = pytest.mark.timeout(900)
 
 SOURCES = sorted((ROOT / "exercises" / "source").glob("*/*.ipynb"))
-# A wrong notebook as the learner for a few assignments (the feedback page, the score book and
-# the hints are written by one code path for all of them; every assignment's own hints are
-# checked in tests/test_exercise_NN.py): the first, the C custom op (compiled as the learner),
+# Notebooks graded as the learner, for a few assignments (grading, the feedback page, the score
+# book and the hints are one code path for all of them, and what an ordinary user may not do
+# breaks it for every assignment alike; every assignment's correct and wrong notebooks are
+# graded in tests/test_exercise_NN.py): the first, the C custom op (compiled as the learner),
 # and one of each later part.
 WRONG = [p for p in SOURCES if p.parent.name[:2] in ("01", "07", "09", "13", "20")]
 PY = ".venv/bin/python"
@@ -96,8 +98,8 @@ def test_start_never_overwrites_a_learners_work(lab):
 
 @pytest.fixture(scope="module")
 def graded(lab, started):
-    """Every assignment checked as the learner, two at a time: a correct notebook, and for the
-    assignments of ``WRONG`` a wrong one too.
+    """The assignments of ``WRONG`` checked as the learner, two at a time: a correct notebook and
+    a wrong one.
 
     Correct: the learner's copy with every solution cell filled in from the source. Wrong: the
     same with its last stubbed solution cell left as handed out."""
@@ -108,7 +110,7 @@ def graded(lab, started):
         source, mine = read_nb(source_path), read_nb(started[name])
         ids = stubbed_ids(mine, source)
         assert ids, f"{name}: the learner's copy has nothing to write"
-        for case, written in (("correct", ids), ("wrong", ids[:-1]))[:2 if source_path in WRONG else 1]:
+        for case, written in (("correct", ids), ("wrong", ids[:-1]))[:2 if source_path in WRONG else 0]:
             path = write_nb(where / "attempts" / case / name / source_path.name, filled(mine, source, written))
             cases.append((name, case, path))
     for folder, _, files in os.walk(where / "attempts"):
@@ -130,7 +132,7 @@ def graded(lab, started):
     return results
 
 
-@pytest.mark.parametrize("source_path", SOURCES, ids=[p.parent.name for p in SOURCES])
+@pytest.mark.parametrize("source_path", WRONG, ids=[p.parent.name for p in WRONG])
 def test_correct_notebook_scores_full_marks_as_the_learner(graded, source_path):
     result = graded[(source_path.parent.name, "correct")]
     failed = [(t["id"], t["hint"]) for t in result["tests"] if not t["passed"]]
@@ -154,7 +156,7 @@ def test_list_shows_best_and_latest_as_the_learner(lab, graded):
     assert run.returncode == 0, run.stderr
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()[2:-2]}
     assert len(rows) == len(SOURCES)
-    for source_path in SOURCES:
+    for source_path in WRONG:
         best, latest = rows[source_path.parent.name][1:3]
         full = graded[(source_path.parent.name, "correct")]["max_score"]
         assert best == f"{full:g}/{full:g}", rows[source_path.parent.name]

@@ -31,7 +31,7 @@ from typing import Any
 
 from .harness import (
     add_sections_argument, bandwidths, bench_parser, emit, mpi_job, repeats_for, sectioned_document, sections_to_run,
-    sizes, time_interleaved, time_interleaved_torch, write_json,
+    sizes, time_interleaved, time_interleaved_torch, warm_up_and_check, write_json,
 )
 from .machine import machine_info
 
@@ -112,12 +112,7 @@ def run_torch_rank(byte_sizes: list[int], warmup: int, impl_names: tuple[str, ..
         impls = {name: direct if name == "torch" else
                  (lambda name=name: allreduce(comm, x, algorithm=name, out=out))
                  for name in impl_names}
-        for name, fn in impls.items():  # warm-up, and check every implementation is right
-            out[...] = 0
-            for _ in range(warmup):
-                fn()
-            if count and not np.all(out == n * (n + 1) / 2):
-                raise AssertionError(f"rank {rank}: {name} gave a wrong allreduce at {n_bytes} bytes")
+        warm_up_and_check(impls, out, warmup, n * (n + 1) / 2, f"rank {rank}, {n_bytes} bytes")
         medians = time_interleaved_torch(comm.group, impls, repeats_for(n_bytes))
         if rank == 0:
             for name, t in medians.items():

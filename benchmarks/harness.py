@@ -61,6 +61,19 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
 
 
+def warm_up_and_check(impls: dict[str, Callable[[], Any]], out: Any, warmup: int, expected: float, where: str) -> None:
+    """Run each allreduce implementation ``warmup`` times into ``out`` (zeroed first), then check
+    every element is ``expected``: a benchmark never times a wrong answer."""
+    import numpy as np
+
+    for name, fn in impls.items():
+        out[...] = 0
+        for _ in range(warmup):
+            fn()
+        if out.size and not np.all(out == expected):
+            raise AssertionError(f"{where}: {name} gave a wrong allreduce")
+
+
 def time_interleaved(world: Any, impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
     """Median seconds per implementation; each repeat times every implementation once, in turn.
 

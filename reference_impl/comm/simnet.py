@@ -54,7 +54,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .communicator import Communicator, itemsize
+from .communicator import Communicator, dissemination_barrier, itemsize
 from .cost_model import LinkParams
 
 TIMINGS = ("virtual", "sleep")
@@ -225,13 +225,6 @@ class SimulatedNetwork(Communicator):
 
         Round k: send to rank + 2^k, receive from rank - 2^k. After the last round every
         rank has (indirectly) heard from every other, so none leaves before all arrived,
-        and every clock has moved past the latest arrival.
+        and every clock has moved past the latest arrival (``dissemination_barrier``).
         """
-        import numpy as np
-
-        empty_out, empty_in = np.empty(0, dtype=np.uint8), np.empty(0, dtype=np.uint8)
-        distance = 1
-        while distance < self.size:
-            self.sendrecv(empty_out, (self.rank + distance) % self.size,
-                          empty_in, (self.rank - distance) % self.size, BARRIER_TAG)
-            distance *= 2
+        dissemination_barrier(self, BARRIER_TAG)
